@@ -1,0 +1,3 @@
+"""edgetrain: power-aware fine-tuning on NVIDIA Jetson fleets."""
+
+__version__ = "0.1.0"

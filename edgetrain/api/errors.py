@@ -1,0 +1,36 @@
+"""The one error type for bad input files: it says what, where, and how to fix it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(ValueError):
+    """Bad input: names the file, the row (or JSON location), the field and the problem."""
+
+    def __init__(
+        self,
+        source: str | Path,
+        message: str,
+        *,
+        row: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.source = str(source)
+        self.row = row
+        self.field = field
+        self.message = message
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.row is not None:
+            where += f", row {self.row}"
+        if self.field is not None:
+            where += f", field '{self.field}'"
+        text = f"{where}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text

@@ -1,0 +1,23 @@
+"""The `edgetrain` command: one CLI, one subcommand per role."""
+
+from __future__ import annotations
+
+import typer
+
+from edgetrain.cli import bench as _bench
+from edgetrain.cli import plan as _plan
+
+app = typer.Typer(
+    name="edgetrain",
+    help="Power-aware fine-tuning on NVIDIA Jetson fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("plan")(_plan.plan)
+app.add_typer(_bench.app, name="bench")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,146 @@
+"""`edgetrain bench …`: performance measured as ratios against a baseline run alongside."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+import numpy as np
+import typer
+from pydantic import BaseModel
+from rich.progress import Progress
+from rich.table import Table
+
+from edgetrain.api.plan import PowerMetric
+from edgetrain.cli.common import stderr, stdout
+from edgetrain.planner import Lut, select
+from edgetrain.planner.synthetic import synthetic_lut
+
+app = typer.Typer(help="Benchmarks; each reports ratios against a baseline from the same run.")
+
+SELECTION_BUDGET_S = 0.010
+
+
+class PlannerBenchRow(BaseModel):
+    """Selection timing for one LUT size."""
+
+    batch_sizes: int
+    modes: int
+    points: int
+    monotone: bool
+    prepare_s: float
+    fast_select_s: float
+    exhaustive_select_s: float
+    speedup: float
+    within_budget: bool
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm caches so the first call does not count
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def bench_planner_rows(
+    n_batch_sizes: int, mode_counts: list[int], repeats: int, progress: Progress | None = None
+) -> list[PlannerBenchRow]:
+    """Time fast-path and exhaustive selection on monotone and full-mode-like LUTs."""
+    batch_sizes = [2 ** (i + 2) for i in range(n_batch_sizes)]
+    r = np.linspace(0.4, 1.0, n_batch_sizes)
+    rows: list[PlannerBenchRow] = []
+    task = progress.add_task("planner", total=2 * len(mode_counts)) if progress else None
+    for n_modes in mode_counts:
+        for monotone in (True, False):
+            lut = synthetic_lut(batch_sizes, n_modes, monotone=monotone, seed=n_modes)
+            limits = np.quantile(lut.peak_power_w, [0.2, 0.4, 0.6, 0.8])
+
+            def prepare(lut: Lut = lut) -> None:
+                Lut(
+                    lut.batch_sizes,
+                    lut.modes,
+                    lut.time_per_sample_s,
+                    lut.peak_power_w,
+                    lut.mean_power_w,
+                ).monotone_rows(PowerMetric.peak)
+
+            def run(fast: bool, lut: Lut = lut, limits: np.ndarray = limits) -> None:
+                for limit in limits:
+                    select(lut, r, float(limit), fast_path=fast)
+
+            prep = _median_seconds(prepare, repeats)
+            fast_s = _median_seconds(lambda: run(True), repeats) / len(limits)
+            slow_s = _median_seconds(lambda: run(False), repeats) / len(limits)
+            rows.append(
+                PlannerBenchRow(
+                    batch_sizes=n_batch_sizes,
+                    modes=n_modes,
+                    points=n_batch_sizes * n_modes,
+                    monotone=monotone,
+                    prepare_s=prep,
+                    fast_select_s=fast_s,
+                    exhaustive_select_s=slow_s,
+                    speedup=slow_s / fast_s,
+                    within_budget=fast_s < SELECTION_BUDGET_S,
+                )
+            )
+            if progress and task is not None:
+                progress.advance(task)
+    return rows
+
+
+@app.command("planner")
+def bench_planner(
+    batch_sizes: Annotated[int, typer.Option(help="|B|, batch sizes 4, 8, 16, …")] = 8,
+    modes: Annotated[
+        str, typer.Option(help="Comma-separated |F| (modes per batch size) to time.")
+    ] = "12,100,1000,5000,20000",
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per case (median).")] = 21,
+    json_output: Annotated[bool, typer.Option("--json", help="JSON lines, one per case.")] = False,
+) -> None:
+    """Selection time vs LUT size: Algorithm 1 fast path against the exhaustive masked argmin."""
+    try:
+        mode_counts = [int(m) for m in modes.split(",") if m.strip()]
+    except ValueError:
+        stderr.print(f"error: --modes must be comma-separated integers, got '{modes}'")
+        raise typer.Exit(2) from None
+    with Progress(console=stderr, transient=True, disable=json_output) as progress:
+        rows = bench_planner_rows(batch_sizes, mode_counts, repeats, progress)
+    if json_output:
+        for row in rows:
+            typer.echo(json.dumps(row.model_dump()))
+        return
+    table = Table(
+        title="planner selection time (median per select, this machine)",
+        caption=f"budget {SELECTION_BUDGET_S * 1e3:g} ms per selection; speedup = exhaustive/fast;"
+        " prepare = one-off monotonicity check per LUT",
+    )
+    for col in (
+        "|B|×|F|",
+        "points",
+        "LUT",
+        "prepare ms",
+        "fast ms",
+        "exhaustive ms",
+        "speedup",
+        "< budget",
+    ):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row.batch_sizes}×{row.modes}",
+            str(row.points),
+            "monotone" if row.monotone else "full modes",
+            f"{row.prepare_s * 1e3:.3f}",
+            f"{row.fast_select_s * 1e3:.3f}",
+            f"{row.exhaustive_select_s * 1e3:.3f}",
+            f"{row.speedup:.1f}×",
+            "yes" if row.within_budget else "NO",
+        )
+    stdout.print(table)

@@ -1,0 +1,45 @@
+"""Shared fixtures: small profiles and efficiency vectors written to temporary files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgetrain.api import EfficiencyVector, ProfilePoint, write_efficiency, write_profile
+
+MHZ = 1_000_000
+
+# The first paper's Figure 1 situation (Jetson Nano, ResNet18 at 3×32×32, 5 W): b=128 only fits
+# 307.2 MHz, b=64 reaches 460.8 MHz and trains 31.9 % faster there. Times are per sample.
+FIGURE1_POINTS = [
+    ProfilePoint(batch_size=b, gpu_freq_hz=f, time_per_sample_s=t, peak_power_w=p, mean_power_w=m)
+    for b, f, t, p, m in [
+        (128, 307_200_000, 0.0100, 4.60, 4.10),
+        (128, 384_000_000, 0.0082, 5.20, 4.60),
+        (128, 460_800_000, 0.0069, 5.70, 5.10),
+        (128, 537_600_000, 0.0060, 6.30, 5.60),
+        (64, 307_200_000, 0.0102, 4.10, 3.70),
+        (64, 384_000_000, 0.0083, 4.50, 4.00),
+        (64, 460_800_000, 0.00681, 4.90, 4.40),
+        (64, 537_600_000, 0.0059, 5.40, 4.80),
+    ]
+]
+
+
+@pytest.fixture
+def figure1_files(tmp_path: Path) -> tuple[Path, Path]:
+    """Figure-1 profile and an equal-r efficiency vector on disk."""
+    profile, efficiency = tmp_path / "profile.csv", tmp_path / "efficiency.json"
+    write_profile(profile, FIGURE1_POINTS)
+    write_efficiency(
+        efficiency,
+        EfficiencyVector.from_samples(
+            model="resnet18",
+            dataset="cifar10",
+            target_accuracy=0.87,
+            batch_sizes=[64, 128],
+            samples_to_accuracy=[40000.0, 40000.0],
+        ),
+    )
+    return profile, efficiency
