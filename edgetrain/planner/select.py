@@ -27,7 +27,11 @@ def objective_matrix(
     rows: NDArray[np.int64] | None = None,
 ) -> NDArray[np.float64]:
     """Predicted cost per cell: time × r, or mean power × time × r (NaN where unmeasured)."""
-    idx = np.arange(lut.batch_sizes.size) if rows is None else rows
+    # Index only when a subset is asked for: a fancy-index copy of a 20,000-mode LUT costs more
+    # than the selection itself.
+    idx: slice | NDArray[np.int64] = (
+        slice(None) if rows is None or rows.size == lut.batch_sizes.size else rows
+    )
     cost = lut.time_per_sample_s[idx] * r[idx, None]
     if objective is Objective.energy:
         cost = lut.mean_power_w[idx] * cost
@@ -53,8 +57,9 @@ def _scan(
     if rows.size == 0:
         return []
     cost = objective_matrix(lut, r, objective, rows)
+    power = lut.power(metric)
     with np.errstate(invalid="ignore"):
-        feasible = lut.power(metric)[rows] <= power_limit_w
+        feasible = (power if rows.size == power.shape[0] else power[rows]) <= power_limit_w
     cost = np.where(feasible & ~np.isnan(cost), cost, np.inf)
     cols = np.argmin(cost, axis=1)  # first minimum: the lowest mode among ties
     best = cost[np.arange(rows.size), cols]

@@ -32,7 +32,10 @@ def test_good_vector() -> None:
 
 def test_from_samples_computes_r_and_round_trips(tmp_path: Path) -> None:
     vector = EfficiencyVector.from_samples(
-        model="m", dataset="d", target_accuracy=0.9, batch_sizes=[4, 8, 16],
+        model="m",
+        dataset="d",
+        target_accuracy=0.9,
+        batch_sizes=[4, 8, 16],
         samples_to_accuracy=[30.0, None, 60.0],
     )
     assert vector.r == [0.5, None, 1.0]
@@ -54,14 +57,24 @@ def _error(text: str) -> InputError:
         ("[1, 2]", None, "expected a JSON object, got list"),
         (_doc(r=[0.5, 0.75, 1.2]), "r[2]", "less than or equal to 1"),
         (_doc(r=[0.0, 0.75, 1.0]), "r[0]", "greater than 0"),
-        (_doc(r=[0.5, 0.7, 1.0]), None, "r[1] (batch size 32) is 0.7 but samples_to_accuracy gives"),
+        (
+            _doc(r=[0.5, 0.7, 1.0]),
+            None,
+            "r[1] (batch size 32) is 0.7 but samples_to_accuracy gives",
+        ),
         (_doc(r=[0.5, 0.75]), None, "r has 2 entries but batch_sizes has 3"),
         (_doc(batch_sizes=[16, 16, 64]), None, "batch_sizes repeats [16]"),
         (_doc(batch_sizes=[16, -32, 64]), "batch_sizes[1]", "greater than 0"),
-        (_doc(samples_to_accuracy=[20000.0, None, 40000.0]), None,
-         "r[1] (batch size 32) must be null exactly when samples_to_accuracy is"),
-        (_doc(samples_to_accuracy=[None, None, None], r=[None, None, None]), None,
-         "no batch size reached the target accuracy"),
+        (
+            _doc(samples_to_accuracy=[20000.0, None, 40000.0]),
+            None,
+            "r[1] (batch size 32) must be null exactly when samples_to_accuracy is",
+        ),
+        (
+            _doc(samples_to_accuracy=[None, None, None], r=[None, None, None]),
+            None,
+            "no batch size reached the target accuracy",
+        ),
         (_doc(target_accuracy=1.5), "target_accuracy", "less than or equal to 1"),
         (_doc(target_accuracy=0), "target_accuracy", "greater than 0"),
         (_doc(model=""), "model", "at least 1 character"),

@@ -41,7 +41,10 @@ def profiles(draw: st.DrawFn) -> list[ProfilePoint]:
             mean = p * draw(st.sampled_from([0.5, 0.8, 1.0]))
             points.append(
                 ProfilePoint(
-                    batch_size=b, gpu_freq_hz=f, time_per_sample_s=t, peak_power_w=p,
+                    batch_size=b,
+                    gpu_freq_hz=f,
+                    time_per_sample_s=t,
+                    peak_power_w=p,
                     mean_power_w=mean,
                 )
             )
@@ -52,13 +55,13 @@ def profiles(draw: st.DrawFn) -> list[ProfilePoint]:
 @given(
     points=profiles(),
     r_values=st.lists(
-        st.one_of(
-            st.sampled_from([0.5, 1.0]), st.floats(0.01, 1.0), st.just(math.nan)
-        ),
-        min_size=len(BATCHES), max_size=len(BATCHES),
+        st.one_of(st.sampled_from([0.5, 1.0]), st.floats(0.01, 1.0), st.just(math.nan)),
+        min_size=len(BATCHES),
+        max_size=len(BATCHES),
     ),
-    limit=st.one_of(st.sampled_from([1.0, 2.5, 3.0, 4.0, 5.0, 6.0]), st.floats(0.5, 8.0),
-                    st.just(math.inf)),
+    limit=st.one_of(
+        st.sampled_from([1.0, 2.5, 3.0, 4.0, 5.0, 6.0]), st.floats(0.5, 8.0), st.just(math.inf)
+    ),
     metric=st.sampled_from(list(PowerMetric)),
     objective=st.sampled_from(list(Objective)),
 )
@@ -115,22 +118,31 @@ def test_monotone_rows_take_the_binary_search_path() -> None:
 
 def test_ties_break_to_larger_batch_then_lower_frequency() -> None:
     pts = [
-        ProfilePoint(batch_size=b, gpu_freq_hz=f * MHZ, time_per_sample_s=0.01,
-                     peak_power_w=3.0, mean_power_w=3.0)
+        ProfilePoint(
+            batch_size=b,
+            gpu_freq_hz=f * MHZ,
+            time_per_sample_s=0.01,
+            peak_power_w=3.0,
+            mean_power_w=3.0,
+        )
         for b in (8, 16)
         for f in (100, 200)
     ]
     lut = Lut.from_points(pts)
     choice = select(lut, np.array([1.0, 1.0]), 5.0)
     assert choice is not None
-    assert (int(lut.batch_sizes[choice.row]), int(lut.gpu_freqs_hz[choice.column])) == (16, 100 * MHZ)
+    assert (int(lut.batch_sizes[choice.row]), int(lut.gpu_freqs_hz[choice.column])) == (
+        16,
+        100 * MHZ,
+    )
 
 
 def test_energy_objective_prefers_the_cheaper_point() -> None:
     # Fast but power-hungry (10 W × 1 ms) against slower and frugal (4 W × 1.5 ms).
     pts = [
-        ProfilePoint(batch_size=8, gpu_freq_hz=f * MHZ, time_per_sample_s=t, peak_power_w=p,
-                     mean_power_w=p)
+        ProfilePoint(
+            batch_size=8, gpu_freq_hz=f * MHZ, time_per_sample_s=t, peak_power_w=p, mean_power_w=p
+        )
         for f, t, p in ((500, 0.0015, 4.0), (900, 0.001, 10.0))
     ]
     lut = Lut.from_points(pts)

@@ -1,0 +1,5 @@
+"""`python -m edgetrain`."""
+
+from edgetrain.cli import main
+
+main()
