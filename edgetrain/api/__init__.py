@@ -6,7 +6,7 @@ from edgetrain.api.efficiency import (
     read_efficiency,
     write_efficiency,
 )
-from edgetrain.api.errors import InputError
+from edgetrain.api.errors import BadInputError, InputError
 from edgetrain.api.plan import BaselinePoint, Objective, PlanPoint, PlanResult, PowerMetric
 from edgetrain.api.profile import (
     MODE_COLUMNS,
@@ -23,6 +23,7 @@ __all__ = [
     "MODE_COLUMNS",
     "PROFILE_HEADER",
     "REQUIRED_COLUMNS",
+    "BadInputError",
     "BaselinePoint",
     "EfficiencyVector",
     "InputError",

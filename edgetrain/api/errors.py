@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-class InputError(ValueError):
+class BadInputError(ValueError):
+    """Any error caused by what the user passed in; the CLI exits 2 with its message."""
+
+
+class InputError(BadInputError):
     """Bad input: names the file, the row (or JSON location), the field and the problem."""
 
     def __init__(

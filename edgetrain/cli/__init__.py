@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from edgetrain.cli import bench as _bench
+from edgetrain.cli import device as _device
 from edgetrain.cli import plan as _plan
+from edgetrain.cli import workloads as _workloads
 
 app = typer.Typer(
     name="edgetrain",
@@ -15,7 +17,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("plan")(_plan.plan)
+app.command("pretrain")(_workloads.pretrain_command)
+app.command("estimate")(_workloads.estimate_command)
+app.command("train")(_workloads.train_command)
 app.add_typer(_bench.app, name="bench")
+app.add_typer(_device.app, name="device")
 
 
 def main() -> None:

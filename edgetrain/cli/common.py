@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
-from edgetrain.api.errors import InputError
-from edgetrain.planner import InfeasibleError, PlanInputError
+from edgetrain.api.errors import BadInputError
+from edgetrain.planner import InfeasibleError
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -23,7 +23,7 @@ def exit_codes() -> Iterator[None]:
     """Bad input exits 2 with the message; an infeasible plan exits 3 with one line."""
     try:
         yield
-    except (InputError, PlanInputError) as exc:
+    except BadInputError as exc:
         stderr.print(f"error: {exc}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except InfeasibleError as exc:

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.errors import BadInputError
 from edgetrain.api.plan import BaselinePoint, Objective, PlanPoint, PlanResult, PowerMetric
 from edgetrain.planner.lut import Lut
 from edgetrain.planner.select import Choice, objective_matrix, select
@@ -18,7 +19,7 @@ class InfeasibleError(Exception):
     """No profiled point is within the power limit."""
 
 
-class PlanInputError(ValueError):
+class PlanInputError(BadInputError):
     """The profile and efficiency vector (or options) cannot be planned on together."""
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from edgetrain.api.errors import BadInputError
+
 IMAGE_SETS = ("fashion-mnist", "mnist", "digits")
 TEXT_SETS = (
     "austen-emma",
@@ -61,7 +63,7 @@ _AUSTEN_NOVELS = {
 }
 
 
-class DatasetMissingError(FileNotFoundError):
+class DatasetMissingError(BadInputError, FileNotFoundError):
     """A data set's files are not in the data folder."""
 
     def __init__(self, name: str, path: Path) -> None:
@@ -71,7 +73,7 @@ class DatasetMissingError(FileNotFoundError):
         )
 
 
-class UnknownDatasetError(ValueError):
+class UnknownDatasetError(BadInputError):
     """A data-set name that edgetrain does not know."""
 
     def __init__(self, name: str) -> None:

@@ -1,0 +1,191 @@
+"""`edgetrain pretrain | estimate`: the real-PyTorch workloads behind a training job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from edgetrain.api.efficiency import write_efficiency
+from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec
+from edgetrain.cli.common import exit_codes, stderr, stdout
+from edgetrain.planner import PlanInputError
+from edgetrain.workloads.estimate import EstimateSpec, estimate
+from edgetrain.workloads.progress import Reporter
+from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """'4,8,16' → [4, 8, 16], with an error naming the option."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise PlanInputError(f"{option} must be comma-separated integers, got '{text}'") from None
+    if not values:
+        raise PlanInputError(f"{option} is empty")
+    return values
+
+
+ModelOpt = Annotated[str, typer.Option(help="Architecture: resnet18, resnet8, mobilenetv2, …")]
+JsonProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--json-progress/--bars", help="JSON lines on stdout (default when not a terminal)."
+    ),
+]
+
+
+def _optimizer(name: OptimizerName, lr: float, ref: int, scaling: LrScaling) -> OptimizerSpec:
+    return OptimizerSpec(name=name, learning_rate=lr, reference_batch_size=ref, scaling=scaling)
+
+
+def pretrain_command(
+    model: ModelOpt,
+    dataset: Annotated[str, typer.Option(help="Data set to pretrain on (e.g. fashion-mnist).")],
+    samples: Annotated[int, typer.Option(min=1, help="Training samples to run.")] = 20_000,
+    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    learning_rate: Annotated[float, typer.Option(min=0.0)] = 2e-3,
+    seed: int = 0,
+    dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
+    json_progress: JsonProgressOpt = None,
+) -> None:
+    """Pretrain a model and cache the weights by recipe hash; prints the weights path."""
+    spec = PretrainSpec(
+        model=model,
+        dataset=dataset,
+        samples=samples,
+        batch_size=batch_size,
+        optimizer=OptimizerSpec(learning_rate=learning_rate, reference_batch_size=batch_size),
+        seed=seed,
+        dataset_limit=dataset_limit,
+    )
+    with exit_codes(), Reporter(json_lines=json_progress) as reporter:
+        path = pretrain(spec, reporter)
+    info = describe(path)
+    stderr.print(f"weights: {path} (test accuracy {info.get('test_accuracy', float('nan')):.3f})")
+    typer.echo(str(path))
+
+
+def estimate_command(
+    model: ModelOpt,
+    dataset: Annotated[str, typer.Option(help="Proxy data set (e.g. digits, mnist).")],
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")],
+    target_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Efficiency JSON to write.")],
+    weights: Annotated[
+        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).")
+    ] = None,
+    optimizer: OptimizerName = OptimizerName.adam,
+    learning_rate: Annotated[float, typer.Option(help="At the reference batch size.")] = 5e-4,
+    reference_batch_size: int = 128,
+    lr_scaling: LrScaling = LrScaling.sqrt,
+    sample_budget: Annotated[int, typer.Option(min=1)] = 50_000,
+    eval_interval: Annotated[int, typer.Option(min=1, help="Evaluate every N samples.")] = 512,
+    eval_samples: Annotated[int, typer.Option(min=1, help="Test samples per evaluation.")] = 2000,
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds; the median is kept.")] = "0",
+    dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
+    json_progress: JsonProgressOpt = None,
+) -> None:
+    """Train each batch size to the target on the proxy set; write the efficiency vector."""
+    with exit_codes():
+        spec = EstimateSpec(
+            model=model,
+            dataset=dataset,
+            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            target_accuracy=target_accuracy,
+            optimizer=_optimizer(optimizer, learning_rate, reference_batch_size, lr_scaling),
+            weights=weights,
+            sample_budget=sample_budget,
+            eval_interval_samples=eval_interval,
+            eval_samples=eval_samples,
+            seeds=parse_int_list(seeds, "--seeds"),
+            dataset_limit=dataset_limit,
+        )
+        if weights is not None and not weights.is_file():
+            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        with Reporter(json_lines=json_progress) as reporter:
+            vector = estimate(spec, reporter)
+            write_efficiency(output, vector)
+            reporter.event("result", output=str(output), **vector.model_dump())
+    if not reporter.json_lines:
+        table = Table(title=f"efficiency on {dataset} (target {target_accuracy:g})")
+        for col in ("batch size", "samples to accuracy", "r"):
+            table.add_column(col, justify="right")
+        for b, s, r in zip(vector.batch_sizes, vector.samples_to_accuracy, vector.r, strict=True):
+            table.add_row(
+                str(b), "never" if s is None else f"{s:g}", "-" if r is None else f"{r:.3f}"
+            )
+        stdout.print(table)
+        stdout.print(f"wrote {output}")
+
+
+EXIT_BUDGET_EXHAUSTED = 4
+
+
+def train_command(
+    model: ModelOpt,
+    dataset: Annotated[str, typer.Option(help="Target data set to fine-tune on.")],
+    batch_size: Annotated[int, typer.Option(min=1)],
+    target_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0)],
+    checkpoint_dir: Annotated[
+        Path, typer.Option(help="Checkpoints go here; a rerun with the same folder resumes.")
+    ],
+    weights: Annotated[
+        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).")
+    ] = None,
+    optimizer: OptimizerName = OptimizerName.adam,
+    learning_rate: Annotated[float, typer.Option(help="At the reference batch size.")] = 5e-4,
+    reference_batch_size: int = 128,
+    lr_scaling: LrScaling = LrScaling.sqrt,
+    sample_budget: Annotated[int, typer.Option(min=1)] = 100_000,
+    eval_interval: Annotated[int, typer.Option(min=1, help="Evaluate every N samples.")] = 1024,
+    eval_samples: Annotated[int, typer.Option(min=1, help="Test samples per evaluation.")] = 2000,
+    seed: int = 0,
+    dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
+    result: Annotated[Path | None, typer.Option(help="Also write the result JSON here.")] = None,
+    json_progress: JsonProgressOpt = None,
+) -> None:
+    """Fine-tune to the target accuracy, checkpointing so a killed run resumes.
+
+    Exit codes: 0 target reached, 4 sample budget exhausted, 2 bad input.
+    """
+    from edgetrain.api.io import write_text_atomic
+    from edgetrain.workloads.train import CheckpointMismatchError, TrainSpec, train
+
+    with exit_codes():
+        if weights is not None and not weights.is_file():
+            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        spec = TrainSpec(
+            model=model,
+            dataset=dataset,
+            batch_size=batch_size,
+            target_accuracy=target_accuracy,
+            optimizer=_optimizer(optimizer, learning_rate, reference_batch_size, lr_scaling),
+            weights=weights,
+            sample_budget=sample_budget,
+            eval_interval_samples=eval_interval,
+            eval_samples=eval_samples,
+            seed=seed,
+            dataset_limit=dataset_limit,
+        )
+        try:
+            with Reporter(json_lines=json_progress) as reporter:
+                outcome = train(spec, checkpoint_dir, reporter=reporter)
+                reporter.event("result", **outcome.model_dump())
+        except CheckpointMismatchError as exc:
+            raise PlanInputError(str(exc)) from None
+    if result is not None:
+        write_text_atomic(result, outcome.model_dump_json(indent=2))
+    if not reporter.json_lines:
+        usage = outcome.usage
+        stdout.print(
+            f"{'reached' if outcome.reached_target else 'did not reach'} {target_accuracy:g}:"
+            f" accuracy {outcome.accuracy:.3f} after {outcome.samples} samples,"
+            f" {usage.device_time_s:.1f} s device time"
+            + (" (simulated)" if usage.simulated else "")
+            + (f", {usage.energy_j:.1f} J" if usage.energy_j is not None else "")
+        )
+    if not outcome.reached_target:
+        raise typer.Exit(EXIT_BUDGET_EXHAUSTED)

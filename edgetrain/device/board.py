@@ -1,0 +1,187 @@
+"""Board identity (devicetree model, L4T release), thermal zones, and the `device info` report."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from edgetrain.device.devfreq import GpuDevfreq
+from edgetrain.device.errors import DeviceError
+from edgetrain.device.jtop_backend import select_power_sensor
+from edgetrain.device.power import RailReading
+from edgetrain.device.sysfs import read_int, read_text, resolve_root
+
+MODEL_FILES = ("proc/device-tree/model", "sys/firmware/devicetree/base/model")  # [R4]
+COMPATIBLE_FILES = ("proc/device-tree/compatible", "sys/firmware/devicetree/base/compatible")
+L4T_FILE = "etc/nv_tegra_release"  # [R4]
+#: marker directory the twin creates; its presence labels every figure as simulated
+TWIN_MARKER_DIR = "run/edgetrain-twin"
+
+# (substring of the lower-cased devicetree model, board id); first match wins.
+_BOARD_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("orin nano", "jetson-orin-nano"),
+    ("agx orin", "jetson-agx-orin"),
+    ("xavier nx", "jetson-xavier-nx"),
+    ("agx xavier", "jetson-agx-xavier"),
+    ("jetson-agx", "jetson-agx-xavier"),
+    ("tx2 nx", "jetson-tx2-nx"),
+    ("nano", "jetson-nano"),
+)
+
+
+class BoardIdentity(BaseModel):
+    """What the board says it is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str | None  # devicetree model string
+    board_id: str | None  # edgetrain slug, e.g. jetson-nano
+    soc: str | None  # last `compatible` entry, e.g. tegra210
+    l4t: str | None  # e.g. 32.7.1
+
+
+def _first_readable(root: Path, candidates: tuple[str, ...]) -> str | None:
+    for rel in candidates:
+        try:
+            return (root / rel).read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+def board_id_from_model(model: str) -> str | None:
+    """Map a devicetree model string to an edgetrain board id."""
+    lowered = model.lower()
+    for needle, board in _BOARD_PATTERNS:
+        if needle in lowered:
+            return board
+    return None
+
+
+def parse_l4t_release(text: str) -> str | None:
+    """'# R32 (release), REVISION: 7.1, ...' -> '32.7.1'."""
+    match = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", text)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def detect_board(root: str | os.PathLike[str] | None = None) -> BoardIdentity:
+    """Read devicetree model/compatible and nv_tegra_release under the root."""
+    base = resolve_root(root)
+    raw_model = _first_readable(base, MODEL_FILES)
+    model = raw_model.rstrip("\x00\n ") if raw_model else None
+    raw_compat = _first_readable(base, COMPATIBLE_FILES)
+    soc = None
+    if raw_compat:
+        entries = [e for e in raw_compat.split("\x00") if e.strip()]
+        soc = entries[-1].split(",")[-1].strip() if entries else None
+    try:
+        l4t = parse_l4t_release(read_text(base / L4T_FILE))
+    except OSError:
+        l4t = None
+    return BoardIdentity(
+        model=model, board_id=board_id_from_model(model) if model else None, soc=soc, l4t=l4t
+    )
+
+
+class ThermalZone(BaseModel):
+    """One thermal zone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    temp_c: float | None
+
+
+def read_thermal_zones(root: str | os.PathLike[str] | None = None) -> list[ThermalZone]:
+    """`sys/class/thermal/thermal_zone*/{type,temp}` (temp in m°C; unreadable -> None)."""
+    base = resolve_root(root) / "sys" / "class" / "thermal"
+    zones: list[ThermalZone] = []
+    paths = sorted(base.glob("thermal_zone*"), key=lambda p: int(p.name[12:] or 0))
+    for zone in paths:
+        try:
+            name = read_text(zone / "type")
+        except OSError:
+            continue
+        try:
+            temp: float | None = read_int(zone / "temp") / 1000.0
+        except (OSError, ValueError, IndexError):
+            temp = None  # e.g. tj-thermal is empty on some p3767 boards
+        zones.append(ThermalZone(name=name, temp_c=temp))
+    return zones
+
+
+class GpuInfo(BaseModel):
+    """GPU devfreq state."""
+
+    devfreq_path: str
+    available_frequencies_hz: list[int]
+    cur_freq_hz: int
+    min_freq_hz: int
+    max_freq_hz: int
+    governor: str | None
+    load_permille: int | None
+
+
+class PowerInfo(BaseModel):
+    """Rails (mW) and the board total (W)."""
+
+    backend: str
+    rails: list[RailReading]
+    total_power_w: float
+    total_rule: str
+
+
+class DeviceInfo(BaseModel):
+    """What `edgetrain device info` prints; `simulated` is true on a twin tree."""
+
+    sysfs_root: str
+    simulated: bool
+    board: BoardIdentity
+    gpu: GpuInfo | None
+    power: PowerInfo | None
+    thermal: list[ThermalZone]
+    errors: list[str]
+
+
+def read_device_info(root: str | os.PathLike[str] | None = None) -> DeviceInfo:
+    """Collect board, GPU, power and thermal state; missing parts are reported in `errors`."""
+    base = resolve_root(root)
+    errors: list[str] = []
+    gpu: GpuInfo | None = None
+    try:
+        node = GpuDevfreq.discover(base)
+        gpu = GpuInfo(
+            devfreq_path=str(node.path),
+            available_frequencies_hz=node.available_frequencies_hz(),
+            cur_freq_hz=node.cur_freq_hz(),
+            min_freq_hz=node.min_freq_hz(),
+            max_freq_hz=node.max_freq_hz(),
+            governor=node.governor(),
+            load_permille=node.load_permille(),
+        )
+    except DeviceError as exc:
+        errors.append(str(exc))
+    power: PowerInfo | None = None
+    try:
+        sensor = select_power_sensor(base)
+        reading = sensor.read()
+        power = PowerInfo(
+            backend=reading.backend,
+            rails=reading.rails,
+            total_power_w=reading.total_power_w,
+            total_rule=reading.total_rule,
+        )
+    except (DeviceError, RuntimeError) as exc:
+        errors.append(str(exc))
+    return DeviceInfo(
+        sysfs_root=str(base),
+        simulated=(base / TWIN_MARKER_DIR).is_dir(),
+        board=detect_board(base),
+        gpu=gpu,
+        power=power,
+        thermal=read_thermal_zones(base),
+        errors=errors,
+    )

@@ -1,0 +1,1 @@
+"""Real PyTorch workloads: models (and, later, datasets, profiler and trainer)."""

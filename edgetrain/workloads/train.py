@@ -1,0 +1,208 @@
+"""Fine-tuning to the target accuracy with atomic checkpoints, so a killed run resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Annotated, Protocol
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgetrain.api.training import OptimizerSpec
+from edgetrain.workloads.progress import Reporter
+from edgetrain.workloads.training import (
+    TrainState,
+    configure_threads,
+    load_task,
+    make_model,
+    make_optimizer,
+    train_to_target,
+)
+from edgetrain.workloads.weights import load_pretrained, save_state_atomic
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class TrainSpec(BaseModel):
+    """What `edgetrain train` runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    dataset: str
+    batch_size: Annotated[int, Field(gt=0)]
+    target_accuracy: Annotated[float, Field(gt=0, le=1)]
+    optimizer: OptimizerSpec = OptimizerSpec()
+    weights: Path | None = None
+    sample_budget: Annotated[int, Field(gt=0)] = 100_000
+    eval_interval_samples: Annotated[int, Field(gt=0)] = 1024
+    eval_samples: Annotated[int, Field(gt=0)] | None = 2000
+    seed: int = 0
+    dataset_limit: Annotated[int, Field(gt=0)] | None = None
+
+    def key(self) -> str:
+        """Identifies the run a checkpoint belongs to."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class DeviceUsage(BaseModel):
+    """Device time and energy accumulated by a run."""
+
+    device_time_s: float = 0.0
+    energy_j: float | None = None
+    peak_power_w: float | None = None
+    simulated: bool = False
+
+
+class DeviceMeter(Protocol):
+    """Accounts device time (and energy, where a power sensor exists) per minibatch."""
+
+    def step(self, batch_size: int, wall_s: float) -> None:
+        """Account one minibatch that took `wall_s` of wall time."""
+
+    def usage(self) -> DeviceUsage:
+        """Totals so far."""
+
+    def restore(self, usage: DeviceUsage) -> None:
+        """Continue from totals saved in a checkpoint."""
+
+
+class WallClockMeter:
+    """No device attached: device time is wall time, energy unknown."""
+
+    def __init__(self) -> None:
+        self._usage = DeviceUsage()
+
+    def step(self, batch_size: int, wall_s: float) -> None:
+        """Add the minibatch's wall time."""
+        self._usage.device_time_s += wall_s
+
+    def usage(self) -> DeviceUsage:
+        """Totals so far."""
+        return self._usage.model_copy()
+
+    def restore(self, usage: DeviceUsage) -> None:
+        """Continue from saved totals."""
+        self._usage = usage.model_copy()
+
+
+class TrainResult(BaseModel):
+    """What `edgetrain train` reports at the end (and the operator copies into status)."""
+
+    samples: int
+    accuracy: float
+    reached_target: bool
+    resumed_from_samples: int
+    usage: DeviceUsage
+    curve: list[tuple[int, float]]
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint in the folder belongs to a different run."""
+
+
+def _load_checkpoint(path: Path, spec: TrainSpec) -> dict[str, object] | None:
+    if not path.is_file():
+        return None
+    data: dict[str, object] = torch.load(path, map_location="cpu", weights_only=False)
+    if data.get("spec_key") != spec.key():
+        raise CheckpointMismatchError(
+            f"{path} belongs to a different training run (spec {data.get('spec_key')}, this run"
+            f" {spec.key()}); use another --checkpoint-dir or delete the file"
+        )
+    return data
+
+
+def train(
+    spec: TrainSpec,
+    checkpoint_dir: Path,
+    meter: DeviceMeter | None = None,
+    reporter: Reporter | None = None,
+) -> TrainResult:
+    """Train (or resume) to the target or the budget, checkpointing at every evaluation."""
+    configure_threads()
+    meter = meter or WallClockMeter()
+    task = load_task(spec.dataset, spec.dataset_limit)
+    torch.manual_seed(spec.seed)
+    model = make_model(spec.model, task)
+    if spec.weights is not None:
+        load_pretrained(model, spec.weights)
+    optimizer = make_optimizer(spec.optimizer, model, spec.batch_size)
+    ckpt_path = checkpoint_dir / CHECKPOINT_NAME
+    state = TrainState()
+    saved = _load_checkpoint(ckpt_path, spec)
+    if saved is not None:
+        model.load_state_dict(saved["model"])  # type: ignore[arg-type]
+        optimizer.load_state_dict(saved["optimizer"])  # type: ignore[arg-type]
+        torch.set_rng_state(saved["rng"])  # type: ignore[arg-type]
+        state = TrainState(**saved["state"])  # type: ignore[arg-type]
+        meter.restore(DeviceUsage.model_validate(saved["usage"]))
+    resumed_from = state.samples
+    if reporter:
+        reporter.start(
+            f"train {spec.model} b={spec.batch_size} on {spec.dataset}",
+            spec.sample_budget,
+            resumed_from_samples=resumed_from,
+        )
+
+    last = time.perf_counter()
+
+    def on_step(_state: TrainState, batch_size: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        meter.step(batch_size, now - last)
+        last = now
+
+    def on_eval(s: TrainState) -> None:
+        save_state_atomic(
+            {
+                "spec_key": spec.key(),
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                "state": {
+                    "samples": s.samples,
+                    "accuracy": s.accuracy,
+                    "reached_target": s.reached_target,
+                    "curve": list(s.curve),
+                },
+                "usage": meter.usage().model_dump(),
+            },
+            ckpt_path,
+        )
+        if reporter:
+            usage = meter.usage()
+            reporter.advance(
+                s.samples,
+                f"acc {s.accuracy:.3f}",
+                samples=s.samples,
+                accuracy=s.accuracy,
+                **usage.model_dump(),
+            )
+        nonlocal last
+        last = time.perf_counter()  # evaluation time is not training time
+
+    state = train_to_target(
+        model,
+        optimizer,
+        task,
+        batch_size=spec.batch_size,
+        target_accuracy=spec.target_accuracy,
+        sample_budget=spec.sample_budget,
+        eval_interval_samples=spec.eval_interval_samples,
+        seed=spec.seed,
+        eval_samples=spec.eval_samples,
+        state=state,
+        on_step=on_step,
+        on_eval=on_eval,
+    )
+    return TrainResult(
+        samples=state.samples,
+        accuracy=state.accuracy,
+        reached_target=state.reached_target,
+        resumed_from_samples=resumed_from,
+        usage=meter.usage(),
+        curve=state.curve,
+    )

@@ -1,0 +1,193 @@
+"""The training loop shared by estimate, pretrain and train: deterministic, resumable by samples."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from numpy.typing import NDArray
+from torch import nn
+
+from edgetrain.api.training import OptimizerName, OptimizerSpec
+from edgetrain.workloads import datasets
+from edgetrain.workloads.models import build_model
+
+TEXT_SEQ_LEN = 64
+
+
+def configure_threads() -> None:
+    """Use the cores we have, and no more (2 here; a Jetson has 4 to 12)."""
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A data set as training samples: images with labels, or text windows with next chars."""
+
+    name: str
+    kind: str  # "image" | "text"
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    in_channels: int
+
+    @property
+    def train_size(self) -> int:
+        """Number of training samples (images or text windows)."""
+        return int(self.x_train.shape[0])
+
+    def batch(self, start_sample: int, batch_size: int, seed: int) -> tuple[torch.Tensor, ...]:
+        """The samples [start, start + b) of the seeded, epoch-wise shuffled training stream."""
+        return tuple(
+            t[sample_indices(start_sample, batch_size, self.train_size, seed)]
+            for t in (self.x_train, self.y_train)
+        )
+
+
+def sample_indices(start_sample: int, batch_size: int, train_size: int, seed: int) -> torch.Tensor:
+    """Indices of stream positions [start, start + b): epoch e is permutation(seed, e)."""
+    positions = np.arange(start_sample, start_sample + batch_size)
+    epochs, offsets = np.divmod(positions, train_size)
+    out = np.empty(batch_size, dtype=np.int64)
+    for epoch in np.unique(epochs):
+        perm = np.random.default_rng([seed, int(epoch)]).permutation(train_size)
+        mask = epochs == epoch
+        out[mask] = perm[offsets[mask]]
+    return torch.from_numpy(out)
+
+
+def _windows(codes: NDArray[np.int64], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = (len(codes) - 1) // seq_len
+    tokens = torch.from_numpy(codes[: n * seq_len + 1].copy())
+    x = tokens[:-1].reshape(n, seq_len)
+    y = tokens[1:].reshape(n, seq_len)
+    return x, y
+
+
+def load_task(name: str, limit: int | None = None) -> Task:
+    """A data set by name: image sets as classification, text sets as next-character windows."""
+    if name in datasets.IMAGE_SETS:
+        data = datasets.load_images(name, limit)
+        return Task(
+            name,
+            "image",
+            torch.from_numpy(data.x_train),
+            torch.from_numpy(data.y_train),
+            torch.from_numpy(data.x_test),
+            torch.from_numpy(data.y_test),
+            data.num_classes,
+            data.input_shape[0],
+        )
+    text = datasets.load_text(name, None if limit is None else limit * (TEXT_SEQ_LEN + 1))
+    x_train, y_train = _windows(text.train, TEXT_SEQ_LEN)
+    x_test, y_test = _windows(text.test, TEXT_SEQ_LEN)
+    return Task(name, "text", x_train, y_train, x_test, y_test, len(text.vocabulary), 0)
+
+
+def make_model(architecture: str, task: Task) -> nn.Module:
+    """The architecture sized for the task (input channels, classes or vocabulary)."""
+    return build_model(architecture, task.in_channels, task.num_classes)
+
+
+def make_optimizer(spec: OptimizerSpec, model: nn.Module, batch_size: int) -> torch.optim.Optimizer:
+    """The optimizer with the learning rate scaled for `batch_size`."""
+    lr = spec.learning_rate_for(batch_size)
+    params = model.parameters()
+    if spec.name is OptimizerName.adam:
+        return torch.optim.Adam(params, lr=lr)
+    if spec.name is OptimizerName.adamw:
+        return torch.optim.AdamW(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy for classification and for every position of a text window."""
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> float:
+    """One minibatch: forward, backward, update; returns the loss."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_of(model, x, y)
+    loss.backward()  # type: ignore[no-untyped-call]
+    optimizer.step()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, max_samples: int | None = None) -> float:
+    """Accuracy on (the first `max_samples` of) the fixed test split; per character for text."""
+    model.eval()
+    n = task.x_test.shape[0] if max_samples is None else min(max_samples, task.x_test.shape[0])
+    correct = total = 0
+    for start in range(0, n, 512):
+        x, y = task.x_test[start : min(n, start + 512)], task.y_test[start : min(n, start + 512)]
+        pred = model(x).argmax(dim=-1)
+        correct += int((pred == y).sum())
+        total += y.numel()
+    return correct / max(total, 1)
+
+
+@dataclass
+class TrainState:
+    """Where a run stands: samples seen and the evaluation curve so far."""
+
+    samples: int = 0
+    accuracy: float = 0.0
+    reached_target: bool = False
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+
+StepHook = Callable[[TrainState, int], None]
+"""Called after every minibatch with the state and the batch size (device-time accounting)."""
+EvalHook = Callable[[TrainState], None]
+"""Called after every evaluation (progress, checkpoints)."""
+
+
+def train_to_target(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    task: Task,
+    *,
+    batch_size: int,
+    target_accuracy: float,
+    sample_budget: int,
+    eval_interval_samples: int,
+    seed: int,
+    eval_samples: int | None = None,
+    state: TrainState | None = None,
+    on_step: StepHook | None = None,
+    on_eval: EvalHook | None = None,
+) -> TrainState:
+    """Train until the test accuracy reaches the target or the sample budget is spent.
+
+    Evaluates whenever the sample count crosses a multiple of `eval_interval_samples`, so the
+    samples-to-accuracy of different batch sizes are measured on the same grid. Callers seed
+    torch (or restore its RNG state when resuming); the data order depends only on `seed`.
+    """
+    state = state or TrainState()
+    next_eval = (state.samples // eval_interval_samples + 1) * eval_interval_samples
+    while not state.reached_target and state.samples < sample_budget:
+        x, y = task.batch(state.samples, batch_size, seed)
+        train_step(model, optimizer, x, y)
+        state.samples += batch_size
+        if on_step:
+            on_step(state, batch_size)
+        if state.samples >= next_eval or state.samples >= sample_budget:
+            state.accuracy = evaluate(model, task, eval_samples)
+            state.curve.append((state.samples, state.accuracy))
+            state.reached_target = state.accuracy >= target_accuracy
+            next_eval = (state.samples // eval_interval_samples + 1) * eval_interval_samples
+            if on_eval:
+                on_eval(state)
+    return state

@@ -1,0 +1,109 @@
+"""Pin/restore on every twin model, the table check, and the 4.9-kernel write ordering."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from edgetrain.device import FrequencyRange, GpuDevfreq, UnsupportedFrequencyError
+from edgetrain.device.sim import BOARDS, DeviceTwin
+from edgetrain.device.sysfs import write_value
+
+
+@pytest.fixture(params=sorted(BOARDS))
+def twin(request: pytest.FixtureRequest, tmp_path: Path) -> DeviceTwin:
+    t = DeviceTwin(request.param, tmp_path / request.param, noise_rel=0.0).build()
+    yield t
+    t.stop()
+
+
+def test_pin_restore_round_trip_every_board(twin: DeviceTwin) -> None:
+    node = GpuDevfreq.discover(twin.root)
+    table = node.available_frequencies_hz()
+    assert table == sorted(twin.spec.gpu_freqs_hz)
+    original = node.current_range()
+    assert original == FrequencyRange(min_freq_hz=table[0], max_freq_hz=table[-1])
+    # low -> high -> middle -> low exercises both write directions
+    for freq in (table[0], table[-1], table[len(table) // 2], table[1]):
+        node.pin(freq)
+        assert node.current_range() == FrequencyRange(min_freq_hz=freq, max_freq_hz=freq)
+        twin.tick()
+        assert node.cur_freq_hz() == freq
+    node.restore(original)
+    assert node.current_range() == original
+    with node.pinned(table[-1]) as previous:
+        assert previous == original
+        assert node.min_freq_hz() == table[-1]
+    assert node.current_range() == original
+
+
+def test_wrong_frequency_lists_valid_ones_in_mhz(tmp_path: Path) -> None:
+    with DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0) as _twin:
+        node = GpuDevfreq.discover(tmp_path)
+        with pytest.raises(UnsupportedFrequencyError) as info:
+            node.pin(500_000_000)
+        msg = str(info.value)
+        assert "500 MHz" in msg and "not in the table" in msg
+        assert "76.8, 153.6, 230.4, 307.2, 384, 460.8" in msg and "921.6" in msg
+        assert node.current_range().min_freq_hz == 76_800_000  # nothing was written
+
+
+@pytest.mark.parametrize("board", ["jetson-nano", "jetson-tx2-nx"])
+def test_naive_order_fails_on_49_kernel_ours_succeeds(board: str, tmp_path: Path) -> None:
+    twin = DeviceTwin(board, tmp_path, noise_rel=0.0).build()
+    try:
+        node = GpuDevfreq.discover(tmp_path)
+        table = node.available_frequencies_hz()
+        low, high = table[0], table[-1]
+        node.pin(low)
+        # Naive raise: min first while max is still low -> EINVAL like min_freq_store on 4.9.
+        with pytest.raises(OSError) as err:
+            write_value(node.path / "min_freq", str(high))
+        assert err.value.errno == errno.EINVAL
+        assert node.current_range() == FrequencyRange(min_freq_hz=low, max_freq_hz=low)
+        node.pin(high)  # ours: max then min
+        assert node.current_range() == FrequencyRange(min_freq_hz=high, max_freq_hz=high)
+        # Naive lower: max first while min is still high -> EINVAL.
+        with pytest.raises(OSError) as err:
+            write_value(node.path / "max_freq", str(low))
+        assert err.value.errno == errno.EINVAL
+        node.pin(low)  # ours: min then max
+        assert node.current_range() == FrequencyRange(min_freq_hz=low, max_freq_hz=low)
+    finally:
+        twin.stop()
+
+
+def test_new_kernel_accepts_any_order(tmp_path: Path) -> None:
+    twin = DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0).build()
+    try:
+        node = GpuDevfreq.discover(tmp_path)
+        table = node.available_frequencies_hz()
+        node.pin(table[0])
+        write_value(node.path / "min_freq", str(table[-1]))  # fine on PM-QoS kernels [R21]
+        write_value(node.path / "max_freq", str(table[-1]))
+        assert node.current_range().min_freq_hz == table[-1]
+    finally:
+        twin.stop()
+
+
+def test_cross_process_writes_are_reconciled(tmp_path: Path) -> None:
+    twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0).build()
+    try:
+        node = GpuDevfreq.discover(tmp_path)
+        # Another process writes the plain file (no hook): a between-OPP value snaps up [R22].
+        (node.path / "max_freq").write_text("600000000\n")
+        twin.tick()
+        assert node.max_freq_hz() == 614_400_000
+        assert node.cur_freq_hz() == 76_800_000  # idle: the governor sits at min_freq
+        twin.set_workload("resnet8", 16)
+        assert node.cur_freq_hz() == 614_400_000  # busy: up to max_freq
+        # On a 4.9 board an inconsistent pair is reverted, as a failed store would leave it.
+        (node.path / "min_freq").write_text("921600000\n")
+        twin.tick()
+        assert node.current_range() == FrequencyRange(
+            min_freq_hz=76_800_000, max_freq_hz=614_400_000
+        )
+    finally:
+        twin.stop()

@@ -1,0 +1,205 @@
+"""Proxy estimation and resumable training on real PyTorch and real (offline) data."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgetrain.api import read_efficiency
+from edgetrain.api.training import LrScaling, OptimizerSpec
+from edgetrain.workloads.estimate import median_samples
+from edgetrain.workloads.training import load_task, sample_indices
+
+SMALL = [
+    "--model",
+    "resnet8-w025",
+    "--dataset",
+    "digits",
+    "--learning-rate",
+    "4e-3",
+    "--reference-batch-size",
+    "64",
+    "--eval-samples",
+    "359",
+]
+
+
+def _edgetrain(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "edgetrain", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def test_learning_rate_scaling_rules() -> None:
+    spec = OptimizerSpec(learning_rate=5e-4, reference_batch_size=128)
+    assert spec.learning_rate_for(32) == pytest.approx(2.5e-4)  # sqrt(1/4)
+    linear = spec.model_copy(update={"scaling": LrScaling.linear})
+    assert linear.learning_rate_for(32) == pytest.approx(1.25e-4)
+    assert OptimizerSpec.model_validate({"learningRate": 1e-3}).learning_rate == 1e-3
+
+
+def test_median_over_seeds_treats_misses_as_infinite() -> None:
+    assert median_samples([100, 300, 200]) == 200
+    assert median_samples([100, None, 200]) == 200
+    assert median_samples([100, None, None]) is None
+
+
+def test_sample_stream_is_a_permutation_per_epoch() -> None:
+    first = sample_indices(0, 10, 10, seed=1).tolist()
+    assert sorted(first) == list(range(10))
+    assert sample_indices(5, 10, 10, seed=1)[:5].tolist() == first[5:]
+    assert sample_indices(0, 10, 10, seed=2).tolist() != first
+
+
+def test_text_task_windows_predict_the_next_character() -> None:
+    task = load_task("tom-sawyer", limit=100)
+    assert task.kind == "text" and task.x_train.shape[1] == 64
+    assert (task.x_train[0, 1:] == task.y_train[0, :-1]).all()
+
+
+def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
+    out = tmp_path / "eff.json"
+    proc = _edgetrain(
+        "estimate",
+        *SMALL,
+        "--batch-sizes",
+        "8,64",
+        "--target-accuracy",
+        "0.6",
+        "--sample-budget",
+        "4000",
+        "--eval-interval",
+        "128",
+        "-o",
+        str(out),
+        "--json-progress",
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[-1]["event"] == "result"
+    assert any(e["event"] == "progress" for e in events)
+    vector = read_efficiency(out)
+    assert vector.batch_sizes == [8, 64]
+    assert all(s is not None for s in vector.samples_to_accuracy)
+    assert vector.r[0] != vector.r[1]  # batch sizes differ in samples to accuracy
+
+
+def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
+    args = [
+        "train",
+        *SMALL,
+        "--batch-size",
+        "32",
+        "--target-accuracy",
+        "0.75",
+        "--sample-budget",
+        "6000",
+        "--eval-interval",
+        "256",
+        "--json-progress",
+    ]
+    reference = _edgetrain(*args, "--checkpoint-dir", str(tmp_path / "ref"))
+    assert reference.returncode == 0, reference.stderr
+    expected = json.loads(reference.stdout.splitlines()[-1])
+
+    ckpt = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgetrain", *args, "--checkpoint-dir", str(ckpt)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:  # kill after the second checkpoint
+        event = json.loads(line)
+        if event["event"] == "progress":
+            seen += 1
+            if seen == 2:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        assert time.monotonic() < deadline
+    proc.wait()
+    assert (ckpt / "checkpoint.pt").is_file()
+
+    resumed = _edgetrain(*args, "--checkpoint-dir", str(ckpt))
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout.splitlines()[-1])
+    assert result["resumed_from_samples"] >= 512
+    assert result["samples"] == expected["samples"]
+    assert math.isclose(result["accuracy"], expected["accuracy"], abs_tol=1e-9)
+    first_progress = next(
+        json.loads(line) for line in resumed.stdout.splitlines() if '"progress"' in line
+    )
+    assert first_progress["samples"] > result["resumed_from_samples"]  # no finished work redone
+
+
+def test_train_budget_exhausted_exits_4(tmp_path: Path) -> None:
+    proc = _edgetrain(
+        "train",
+        *SMALL,
+        "--batch-size",
+        "32",
+        "--target-accuracy",
+        "0.99",
+        "--sample-budget",
+        "256",
+        "--eval-interval",
+        "256",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--json-progress",
+    )
+    assert proc.returncode == 4, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["reached_target"] is False
+
+
+def test_checkpoint_of_another_run_is_bad_input(tmp_path: Path) -> None:
+    base = [
+        "train",
+        *SMALL,
+        "--target-accuracy",
+        "0.99",
+        "--sample-budget",
+        "64",
+        "--eval-interval",
+        "64",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--json-progress",
+    ]
+    assert _edgetrain(*base, "--batch-size", "32").returncode == 4
+    other = _edgetrain(*base, "--batch-size", "16")
+    assert other.returncode == 2
+    assert "belongs to a different training run" in other.stderr
+
+
+def test_unknown_dataset_is_bad_input(tmp_path: Path) -> None:
+    proc = _edgetrain(
+        "estimate",
+        "--model",
+        "resnet8-w025",
+        "--dataset",
+        "cifar10",
+        "--batch-sizes",
+        "8",
+        "--target-accuracy",
+        "0.5",
+        "-o",
+        str(tmp_path / "e.json"),
+    )
+    assert proc.returncode == 2
+    assert "unknown data set 'cifar10'" in proc.stderr
