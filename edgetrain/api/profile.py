@@ -171,3 +171,43 @@ def _fmt(value: int | float) -> str:
 def write_profile(path: str | Path, points: Iterable[ProfilePoint]) -> None:
     """Write a profile CSV atomically."""
     write_text_atomic(path, format_profile_csv(points))
+
+
+class ProfileMetadata(BaseModel):
+    """Sidecar of a profile CSV (`<name>.meta.json`): where and how it was measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device_model: str
+    l4t: str | None
+    model: str
+    input_shape: tuple[int, ...]
+    dataset: str
+    batch_sizes: list[int]
+    gpu_freqs_hz: list[int]
+    strategy: str
+    power_limit_w: float | None
+    power_metric: str
+    minibatches: int
+    sample_interval_s: float
+    measured_points: int
+    grid_points: int
+    duration_s: float
+    simulated: bool
+
+
+def metadata_path(profile_path: str | Path) -> Path:
+    """Where the sidecar of a profile CSV lives."""
+    path = Path(profile_path)
+    return path.with_name(path.stem + ".meta.json")
+
+
+def write_profile_metadata(profile_path: str | Path, meta: ProfileMetadata) -> None:
+    """Write the sidecar atomically."""
+    write_text_atomic(metadata_path(profile_path), meta.model_dump_json(indent=2) + "\n")
+
+
+def read_profile_metadata(profile_path: str | Path) -> ProfileMetadata | None:
+    """The sidecar of a profile CSV, if present."""
+    path = metadata_path(profile_path)
+    return ProfileMetadata.model_validate_json(path.read_text()) if path.is_file() else None

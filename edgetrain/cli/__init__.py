@@ -20,6 +20,7 @@ app.command("plan")(_plan.plan)
 app.command("pretrain")(_workloads.pretrain_command)
 app.command("estimate")(_workloads.estimate_command)
 app.command("train")(_workloads.train_command)
+app.command("profile")(_workloads.profile_command)
 app.add_typer(_bench.app, name="bench")
 app.add_typer(_device.app, name="device")
 

@@ -1,4 +1,7 @@
-"""`edgetrain pretrain | estimate`: the real-PyTorch workloads behind a training job."""
+"""`edgetrain pretrain | estimate | profile | train`: the real-PyTorch workloads of a job.
+
+PyTorch is imported inside each command so that light commands (`plan`) start fast.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,11 @@ import typer
 from rich.table import Table
 
 from edgetrain.api.efficiency import write_efficiency
+from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec
 from edgetrain.cli.common import exit_codes, stderr, stdout
 from edgetrain.planner import PlanInputError
-from edgetrain.workloads.estimate import EstimateSpec, estimate
 from edgetrain.workloads.progress import Reporter
-from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
 
 
 def parse_int_list(text: str, option: str) -> list[int]:
@@ -52,6 +54,8 @@ def pretrain_command(
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Pretrain a model and cache the weights by recipe hash; prints the weights path."""
+    from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
+
     spec = PretrainSpec(
         model=model,
         dataset=dataset,
@@ -89,6 +93,8 @@ def estimate_command(
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Train each batch size to the target on the proxy set; write the efficiency vector."""
+    from edgetrain.workloads.estimate import EstimateSpec, estimate
+
     with exit_codes():
         spec = EstimateSpec(
             model=model,
@@ -145,14 +151,32 @@ def train_command(
     seed: int = 0,
     dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
     result: Annotated[Path | None, typer.Option(help="Also write the result JSON here.")] = None,
+    gpu_freq: Annotated[
+        str | None,
+        typer.Option(help="Pin this GPU frequency while training (else the node agent pins it)."),
+    ] = None,
+    sysfs_root: Annotated[
+        Path | None, typer.Option(help="Sysfs root (a twin's tree); default $EDGETRAIN_SYSFS_ROOT.")
+    ] = None,
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Fine-tune to the target accuracy, checkpointing so a killed run resumes.
 
-    Exit codes: 0 target reached, 4 sample budget exhausted, 2 bad input.
+    On a Jetson (or a twin) device time, energy and peak power come from the power sensor; with
+    no device, device time is wall time. Exit codes: 0 target reached, 4 sample budget
+    exhausted, 2 bad input.
     """
+    import contextlib
+    import os
+    import signal
+
     from edgetrain.api.io import write_text_atomic
-    from edgetrain.workloads.train import CheckpointMismatchError, TrainSpec, train
+    from edgetrain.cli.plan import parse_frequency_hz
+    from edgetrain.device import DeviceError
+    from edgetrain.device.sim import TwinWorkload
+    from edgetrain.workloads.device_session import DeviceSession, SessionMeter
+    from edgetrain.workloads.models import is_text_model
+    from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, TrainSpec, train
 
     with exit_codes():
         if weights is not None and not weights.is_file():
@@ -170,12 +194,45 @@ def train_command(
             seed=seed,
             dataset_limit=dataset_limit,
         )
-        try:
-            with Reporter(json_lines=json_progress) as reporter:
-                outcome = train(spec, checkpoint_dir, reporter=reporter)
+        session: DeviceSession | None = None
+        if sysfs_root is not None or os.environ.get("EDGETRAIN_SYSFS_ROOT"):
+            try:
+                session = DeviceSession(sysfs_root)
+            except DeviceError as exc:
+                raise PlanInputError(f"no usable device: {exc}") from None
+        elif gpu_freq:
+            raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
+
+        def _terminate(signum: int, _frame: object) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, _terminate)  # restore the GPU range on SIGTERM too
+        with contextlib.ExitStack() as stack:
+            meter: DeviceMeter | None = None
+            if session is not None:
+                stack.enter_context(session)
+                if gpu_freq:
+                    session.pin(parse_frequency_hz(gpu_freq))
+                from edgetrain.workloads.training import load_task
+
+                task = load_task(dataset, dataset_limit)
+                workload = TwinWorkload(
+                    model=model,
+                    input_shape=tuple(int(d) for d in task.x_train.shape[1:]),
+                    num_classes=task.num_classes,
+                    batch_size=batch_size,
+                    busy=True,
+                )
+                if is_text_model(model) != (task.kind == "text"):
+                    raise PlanInputError(f"model {model} cannot train on {task.kind} set {dataset}")
+                session.set_workload(workload)
+                meter = SessionMeter(session, workload)
+            try:
+                reporter = stack.enter_context(Reporter(json_lines=json_progress))
+                outcome = train(spec, checkpoint_dir, meter=meter, reporter=reporter)
                 reporter.event("result", **outcome.model_dump())
-        except CheckpointMismatchError as exc:
-            raise PlanInputError(str(exc)) from None
+            except CheckpointMismatchError as exc:
+                raise PlanInputError(str(exc)) from None
     if result is not None:
         write_text_atomic(result, outcome.model_dump_json(indent=2))
     if not reporter.json_lines:
@@ -189,3 +246,86 @@ def train_command(
         )
     if not outcome.reached_target:
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
+
+
+def profile_command(
+    model: ModelOpt,
+    dataset: Annotated[str, typer.Option(help="Data set giving the input shape and batches.")],
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile CSV to write.")],
+    gpu_freqs: Annotated[
+        str | None, typer.Option(help="Comma-separated GPU frequencies (Hz or 307.2MHz).")
+    ] = None,
+    strategy: Annotated[
+        str, typer.Option(help="frontier: skip points the limit rules out; full: every point.")
+    ] = "frontier",
+    power_limit: Annotated[
+        float, typer.Option(help="Watts; frontier needs it. 'inf' = none.")
+    ] = float("inf"),
+    power_metric: PowerMetric = PowerMetric.peak,
+    minibatches: Annotated[int, typer.Option(min=2, help="Per point; the first is dropped.")] = 40,
+    min_window: Annotated[float, typer.Option(help="Seconds of power samples per point.")] = 1.0,
+    stabilize_timeout: Annotated[float, typer.Option(help="Max seconds to wait for power.")] = 15.0,
+    sample_interval: Annotated[float, typer.Option(help="Power sampling interval (s).")] = 0.05,
+    sysfs_root: Annotated[
+        Path | None, typer.Option(help="Sysfs root (a twin's tree); default $EDGETRAIN_SYSFS_ROOT.")
+    ] = None,
+    json_progress: JsonProgressOpt = None,
+) -> None:
+    """Measure time per sample and peak/mean power per (batch size, GPU frequency).
+
+    Pins each frequency through devfreq, trains real minibatches, waits for power to settle,
+    and writes the profile CSV plus `<name>.meta.json`. The GPU range is restored on exit,
+    also on Ctrl-C or SIGTERM. On a device twin every figure is simulated (the sidecar says so).
+    """
+    import signal
+
+    from edgetrain.api.profile import write_profile, write_profile_metadata
+    from edgetrain.cli.plan import parse_frequency_hz
+    from edgetrain.device import DeviceError
+    from edgetrain.workloads.device_session import DeviceSession
+    from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+
+    def _terminate(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _terminate)
+    with exit_codes():
+        try:
+            chosen = ProfilingStrategy(strategy)
+        except ValueError:
+            raise PlanInputError(f"--strategy must be frontier or full, got '{strategy}'") from None
+        freqs = (
+            [parse_frequency_hz(f) for f in gpu_freqs.split(",") if f.strip()]
+            if gpu_freqs
+            else None
+        )
+        spec = ProfileSpec(
+            model=model,
+            dataset=dataset,
+            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            gpu_freqs_hz=freqs,
+            strategy=chosen,
+            power_limit_w=power_limit,
+            power_metric=power_metric,
+            minibatches=minibatches,
+            min_window_s=min_window,
+            stabilize_timeout_s=stabilize_timeout,
+        )
+        try:
+            session = DeviceSession(sysfs_root, sample_interval)
+        except DeviceError as exc:
+            raise PlanInputError(f"no usable device: {exc}") from None
+        with session, Reporter(json_lines=json_progress) as reporter:
+            try:
+                run = profile(spec, session, reporter)
+            except DeviceError as exc:
+                raise PlanInputError(str(exc)) from None
+            write_profile(output, run.points)
+            write_profile_metadata(output, run.metadata)
+            reporter.event("result", output=str(output), **run.metadata.model_dump())
+    meta = run.metadata
+    stderr.print(
+        f"profiled {meta.measured_points} of {meta.grid_points} points on {meta.device_model}"
+        f"{' (simulated)' if meta.simulated else ''} in {meta.duration_s:.1f} s; wrote {output}"
+    )

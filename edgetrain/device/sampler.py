@@ -4,12 +4,13 @@ The papers sample at 1 s; the default here is 50 ms so that short minibatches ar
 Energy is the trapezoid integral of the samples over the window (the INA3221 value is itself
 an average over its conversion time, so linear interpolation between samples is the natural
 estimate); mean is the arithmetic mean of the samples; peak is the largest sample.
-Stabilisation follows PowerTrain §2.5: a sliding window whose relative spread falls below a
-threshold; the spread uses the 10th-90th percentile range so a lone minibatch gap does not reset it.
+Stabilisation follows PowerTrain §2.5 (wait until power has settled after a change): two
+consecutive sliding windows whose means agree within a threshold.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
@@ -89,23 +90,29 @@ def find_stable_time(
     rel_spread: float = 0.05,
     min_samples: int = 5,
 ) -> float | None:
-    """First time >= after_s at which the trailing window_s of samples is within rel_spread.
+    """First time >= after_s at which power has stopped drifting after a change.
 
-    Returns the timestamp of the window's last sample, or None if power has not settled yet.
+    Stable means the mean of the trailing window_s and the mean of the window_s before it, both
+    wholly after `after_s`, differ by at most rel_spread (relative). Comparing window means,
+    not the spread inside one window, is what makes training measurable: a minibatch loop is
+    periodic (GPU busy, then a host gap), so its samples never lie within a few per cent of
+    each other even when the average has long settled. Returns the timestamp of the trailing
+    window's last sample, or None if power is still drifting.
     """
     pts = [s for s in samples if s.timestamp_s >= after_s]
-    start = 0
-    for end in range(len(pts)):
-        t_end = pts[end].timestamp_s
-        while pts[start].timestamp_s < t_end - window_s:
-            start += 1
-        if t_end - after_s < window_s:
-            continue  # the window must lie wholly after the change
-        window = pts[start : end + 1]
-        if (
-            len(window) >= min_samples
-            and relative_spread([p.power_w for p in window]) <= rel_spread
-        ):
+    times = [p.timestamp_s for p in pts]
+    prefix = [0.0, *itertools.accumulate(p.power_w for p in pts)]
+    for end, t_end in enumerate(times):
+        if t_end - after_s < 2 * window_s:
+            continue  # both windows must lie wholly after the change
+        mid = bisect.bisect_right(times, t_end - window_s)
+        first = bisect.bisect_right(times, t_end - 2 * window_s)
+        n_new, n_old = end + 1 - mid, mid - first
+        if n_new < min_samples or n_old < min_samples:
+            continue
+        new_mean = (prefix[end + 1] - prefix[mid]) / n_new
+        old_mean = (prefix[mid] - prefix[first]) / n_old
+        if new_mean > 0 and abs(new_mean - old_mean) / new_mean <= rel_spread:
             return t_end
     return None
 

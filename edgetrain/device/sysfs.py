@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +34,19 @@ def read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="replace").rstrip("\x00\n\r\t ")
 
 
-def read_int(path: Path) -> int:
-    """An integer sysfs attribute."""
-    return int(read_text(path).split()[0])
+def read_int(path: Path, retries: int = 5) -> int:
+    """An integer sysfs attribute.
+
+    A kernel attribute is never empty, but a twin's plain file is for the instant between
+    another process's truncate and write; retry briefly rather than fail on that.
+    """
+    text = read_text(path)
+    for _ in range(retries):
+        if text:
+            break
+        time.sleep(0.002)
+        text = read_text(path)
+    return int(text.split()[0])
 
 
 def register_write_hook(root: Path, hook: WriteHook) -> None:

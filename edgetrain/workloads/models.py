@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.workloads.charformer import CharTransformer
 
 #: Bump when the way costs are computed changes, so stale disk-cache entries are ignored.
 COST_MODEL_VERSION = 1
@@ -156,7 +157,18 @@ MODEL_REGISTRY: dict[str, ModelBuilder] = {
     "mobilenetv2": lambda c, n: CifarMobileNetV2(c, n),
     # ResNet-8 at width 0.25: small enough for real time-to-accuracy runs on 2 CPU cores.
     "resnet8-w025": lambda c, n: CifarResNet((4, 8, 16), (1, 1, 1), c, n),
+    # Text models: n is the vocabulary size; the input is a window of token indices.
+    "charformer": lambda _c, n: CharTransformer(n),
+    "charformer-small": lambda _c, n: CharTransformer(
+        n, embed_dim=64, num_layers=2, num_heads=4, dropout=0.0
+    ),
 }
+TEXT_MODELS = frozenset({"charformer", "charformer-small"})
+
+
+def is_text_model(name: str) -> bool:
+    """True for models that read token windows rather than images."""
+    return name in TEXT_MODELS
 
 
 class UnknownModelError(BadInputError, KeyError):
@@ -185,7 +197,7 @@ class WorkloadCost(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     num_classes: int
     flops_per_sample: float
     forward_flops_per_sample: float
@@ -202,9 +214,9 @@ def cache_dir() -> Path:
     return root / "flops"
 
 
-def _cache_key(name: str, input_shape: tuple[int, int, int], num_classes: int) -> str:
-    c, h, w = input_shape
-    return f"{name}-{c}x{h}x{w}-n{num_classes}-v{COST_MODEL_VERSION}"
+def _cache_key(name: str, input_shape: tuple[int, ...], num_classes: int) -> str:
+    shape = "x".join(str(d) for d in input_shape)
+    return f"{name}-{shape}-n{num_classes}-v{COST_MODEL_VERSION}"
 
 
 def _conv_backward_flops(
@@ -233,13 +245,14 @@ def _conv_backward_flops(
     return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 
 
-def _measure(name: str, input_shape: tuple[int, int, int], num_classes: int) -> WorkloadCost:
+def _measure(name: str, input_shape: tuple[int, ...], num_classes: int) -> WorkloadCost:
     from torch.utils.flop_counter import FlopCounterMode
 
     batch = 2  # >1 so BatchNorm in training mode behaves as in real training
     # Meta tensors carry shapes only: FLOPs are counted without computing anything.
+    text = is_text_model(name)
     with torch.device("meta"):
-        model = build_model(name, input_shape[0], num_classes)
+        model = build_model(name, 0 if text else input_shape[0], num_classes)
     model.train()
     activation_elems = 0
 
@@ -252,8 +265,12 @@ def _measure(name: str, input_shape: tuple[int, int, int], num_classes: int) -> 
     hooks = [
         m.register_forward_hook(count_output) for m in model.modules() if not list(m.children())
     ]
-    x = torch.empty(batch, *input_shape, device="meta")
-    y = torch.zeros(batch, dtype=torch.long, device="meta")
+    if text:  # token indices in, a next-token target for every position
+        x = torch.zeros(batch, *input_shape, dtype=torch.long, device="meta")
+        y = torch.zeros(batch, *input_shape, dtype=torch.long, device="meta")
+    else:
+        x = torch.empty(batch, *input_shape, device="meta")
+        y = torch.zeros(batch, dtype=torch.long, device="meta")
     counter = FlopCounterMode(
         display=False,
         custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flops},
@@ -261,7 +278,7 @@ def _measure(name: str, input_shape: tuple[int, int, int], num_classes: int) -> 
     with counter:
         logits = model(x)
         forward_flops = counter.get_total_flops()
-        loss = F.cross_entropy(logits, y)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()  # type: ignore[no-untyped-call]
     total_flops = counter.get_total_flops()
     for h in hooks:
@@ -281,12 +298,17 @@ def _measure(name: str, input_shape: tuple[int, int, int], num_classes: int) -> 
 
 @functools.lru_cache(maxsize=256)
 def workload_cost(
-    name: str, input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10
+    name: str, input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10
 ) -> WorkloadCost:
     """Cost per sample of training `name`; counted once with FlopCounterMode, then cached."""
     if name not in MODEL_REGISTRY:
         build_model(name)  # raises UnknownModelError with the list of valid names
-    input_shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+    input_shape = tuple(int(d) for d in input_shape)
+    if is_text_model(name) != (len(input_shape) == 1):
+        raise ValueError(
+            f"{name} takes {'(sequence length,)' if is_text_model(name) else '(C, H, W)'}"
+            f" inputs, got shape {input_shape}"
+        )
     path = cache_dir() / f"{_cache_key(name, input_shape, num_classes)}.json"
     if path.is_file():
         try:
@@ -306,7 +328,7 @@ def workload_cost(
 
 
 def flops_per_sample(
-    name: str, input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10
+    name: str, input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10
 ) -> float:
     """Forward + backward FLOPs per training sample (FlopCounterMode convention: 2 per MAC)."""
     return workload_cost(name, input_shape, num_classes).flops_per_sample

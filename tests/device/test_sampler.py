@@ -111,9 +111,18 @@ def test_stabilisation_waits_out_a_step(tmp_path: Path) -> None:
 
 def test_find_stable_time_on_synthetic_step() -> None:
     pts = [PowerSample(timestamp_s=i * 0.01, power_w=2.0 if i < 100 else 5.0) for i in range(300)]
-    # the step at t=1.0 puts both levels in every window that spans it; the p10-p90 spread
-    # tolerates up to ~10 % stragglers, so the window may still hold two old samples
+    # Stable once two whole windows after the step agree: t = 1.0 + 2 × 0.2.
     t = find_stable_time(pts, after_s=0.95, window_s=0.2, rel_spread=0.02)
-    assert t is not None and 1.0 + 0.85 * 0.2 <= t <= 1.0 + 0.2 + 1e-9
-    assert find_stable_time(pts[:110], after_s=0.95, window_s=0.2) is None
+    assert t is not None and 1.0 + 2 * 0.2 - 0.011 <= t <= 1.0 + 2 * 0.2 + 0.011
+    assert find_stable_time(pts[:130], after_s=0.95, window_s=0.2) is None
+
+
+def test_periodic_minibatch_power_is_stable_once_its_mean_settles() -> None:
+    # Busy 6 W for 0.1 s, host gap 3 W for 0.05 s: the spread never drops under 5 %, the mean does.
+    pts = [
+        PowerSample(timestamp_s=i * 0.01, power_w=6.0 if (i % 15) < 10 else 3.0) for i in range(400)
+    ]
+    assert relative_spread([p.power_w for p in pts[100:200]]) >= 0.5
+    t = find_stable_time(pts, after_s=0.0, window_s=0.6, rel_spread=0.05)
+    assert t is not None and t < 1.3
     assert relative_spread([1.0, 1.0, 1.0]) == 0.0

@@ -26,7 +26,7 @@ class TwinWorkload(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str = "resnet18"
-    input_shape: tuple[int, int, int] = (3, 32, 32)
+    input_shape: tuple[int, ...] = (3, 32, 32)
     num_classes: int = 10
     batch_size: int = 64
     busy: bool = False

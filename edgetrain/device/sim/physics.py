@@ -11,12 +11,14 @@ CPU clock. Every number produced here is simulated and labelled so.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from edgetrain.device.sim.boards import BOARDS, BoardSpec
-from edgetrain.workloads.models import WorkloadCost, workload_cost
+
+if TYPE_CHECKING:
+    from edgetrain.workloads.models import WorkloadCost
 
 
 class UnknownBoardError(KeyError):
@@ -116,7 +118,7 @@ class GroundTruth(BaseModel):
 
     board: str
     model: str
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     batch_size: int
     gpu_freq_hz: int
     mode: PowerMode
@@ -173,7 +175,7 @@ def ground_truth(
     gpu_freq_hz: int,
     mode: PowerMode | None = None,
     *,
-    input_shape: tuple[int, int, int] = (3, 32, 32),
+    input_shape: tuple[int, ...] = (3, 32, 32),
     num_classes: int = 10,
 ) -> GroundTruth:
     """Noise-free time per sample and peak/mean power of training `model` on `board` (simulated).
@@ -182,6 +184,9 @@ def ground_truth(
     clock); profilers compare their measurements against this.
     """
     spec = get_board(board)
+    # Lazy: counting FLOPs needs PyTorch, which tools that only read the tree should not load.
+    from edgetrain.workloads.models import workload_cost
+
     cost = workload_cost(model, input_shape, num_classes)
     return _ground_truth(spec, cost, batch_size, gpu_freq_hz, mode or max_power_mode(spec))
 

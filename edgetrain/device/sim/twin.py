@@ -265,7 +265,7 @@ class DeviceTwin:
         batch_size: int = 64,
         *,
         busy: bool = True,
-        input_shape: tuple[int, int, int] = (3, 32, 32),
+        input_shape: tuple[int, ...] = (3, 32, 32),
         num_classes: int = 10,
     ) -> None:
         """Start (busy=True) or describe a training workload; other processes use the file."""
@@ -373,13 +373,19 @@ class DeviceTwin:
             fmin = int((self.devfreq_dir / "min_freq").read_text().split()[0])
             fmax = int((self.devfreq_dir / "max_freq").read_text().split()[0])
         except (OSError, ValueError, IndexError):
-            self._apply_range(self._min_hz, self._max_hz)
+            # Caught between another process's truncate and write: look again next tick
+            # (rewriting our stale range here would undo that process's store).
             return
         if (fmin, fmax) == (self._min_hz, self._max_hz):
             return
         new_min, new_max = self._snap(fmin), self._snap(fmax)
         if new_min > new_max and self.spec.order_sensitive_devfreq:
             new_min, new_max = self._min_hz, self._max_hz  # the offending store "failed"
+        if (new_min, new_max) == (fmin, fmax):
+            # Valid values another process wrote: adopt them without rewriting the files, or a
+            # rewrite from this stale read could undo that process's next store (lost update).
+            self._min_hz, self._max_hz = new_min, new_max
+            return
         self._apply_range(new_min, new_max)
 
     # ------------------------------------------------------------------ ticks

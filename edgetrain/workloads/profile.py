@@ -1,0 +1,203 @@
+"""On-device profiling (first paper §4.1): time and power per (batch size, GPU frequency)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Annotated
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgetrain.api.plan import PowerMetric
+from edgetrain.api.profile import ProfileMetadata, ProfilePoint
+from edgetrain.api.training import OptimizerSpec
+from edgetrain.device.sim import TwinWorkload
+from edgetrain.planner import frontier_order
+from edgetrain.workloads.device_session import DeviceSession
+from edgetrain.workloads.models import is_text_model
+from edgetrain.workloads.progress import Reporter
+from edgetrain.workloads.training import (
+    Task,
+    configure_threads,
+    load_task,
+    make_model,
+    make_optimizer,
+    train_step,
+)
+
+
+class ProfilingStrategy(StrEnum):
+    """Which points to measure."""
+
+    frontier = "frontier"
+    full = "full"
+
+
+class ProfileSpec(BaseModel):
+    """What `edgetrain profile` measures."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    dataset: str
+    batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
+    gpu_freqs_hz: list[int] | None = None  # None: the board's whole table
+    strategy: ProfilingStrategy = ProfilingStrategy.frontier
+    power_limit_w: float = math.inf
+    power_metric: PowerMetric = PowerMetric.peak
+    minibatches: Annotated[int, Field(ge=2)] = 40  # the first is dropped (warm-up)
+    min_window_s: Annotated[float, Field(gt=0)] = 1.0
+    stabilize_window_s: Annotated[float, Field(gt=0)] = 1.0
+    stabilize_spread: Annotated[float, Field(gt=0)] = 0.05
+    stabilize_timeout_s: Annotated[float, Field(ge=0)] = 15.0
+    dataset_limit: int | None = 2000
+
+
+class ProfileRun(BaseModel):
+    """Measured points and how the run went."""
+
+    points: list[ProfilePoint]
+    metadata: ProfileMetadata
+
+
+def _input_shape(task: Task) -> tuple[int, ...]:
+    return tuple(int(d) for d in task.x_train.shape[1:])
+
+
+class Profiler:
+    """Measures points on one device with one model; restores the GPU range when closed."""
+
+    def __init__(self, spec: ProfileSpec, session: DeviceSession, task: Task) -> None:
+        self.spec = spec
+        self.session = session
+        self.task = task
+        self.torch_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = make_model(spec.model, task).to(self.torch_device)
+        self._optimizers: dict[int, torch.optim.Optimizer] = {}
+        self._stream_position = 0
+
+    def _minibatch(self, batch_size: int) -> float:
+        """One real training step; returns its wall time (CUDA-synchronised)."""
+        optimizer = self._optimizers.setdefault(
+            batch_size, make_optimizer(OptimizerSpec(), self.model, batch_size)
+        )
+        x, y = self.task.batch(self._stream_position, batch_size, seed=0)
+        self._stream_position += batch_size
+        x, y = x.to(self.torch_device), y.to(self.torch_device)
+        start = time.perf_counter()
+        train_step(self.model, optimizer, x, y)
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    def measure(self, batch_size: int, gpu_freq_hz: int) -> ProfilePoint:
+        """Pin f, train until power settles, then time m minibatches and read power."""
+        spec, session = self.spec, self.session
+        workload = TwinWorkload(
+            model=spec.model,
+            input_shape=_input_shape(self.task),
+            num_classes=self.task.num_classes,
+            batch_size=batch_size,
+            busy=True,
+        )
+        session.pin(gpu_freq_hz)
+        changed_at = time.monotonic()
+        session.set_workload(workload)
+        self._minibatch(batch_size)  # warm-up: allocations, caches (dropped)
+        deadline = changed_at + spec.stabilize_timeout_s
+        while time.monotonic() < deadline:
+            if session.sampler.wait_stable(
+                changed_at, spec.stabilize_window_s, spec.stabilize_spread, timeout_s=0.0
+            ):
+                break
+            self._minibatch(batch_size)
+        walls: list[float] = []
+        window_start = time.monotonic()
+        while len(walls) < spec.minibatches - 1 or (
+            time.monotonic() - window_start < spec.min_window_s
+        ):
+            walls.append(self._minibatch(batch_size))
+        stats = session.sampler.stats(window_start, time.monotonic())
+        batch_time_s = session.minibatch_time_s(workload, gpu_freq_hz, statistics.mean(walls))
+        return ProfilePoint(
+            batch_size=batch_size,
+            gpu_freq_hz=gpu_freq_hz,
+            time_per_sample_s=batch_time_s / batch_size,
+            peak_power_w=stats.peak_power_w,
+            mean_power_w=min(stats.mean_power_w, stats.peak_power_w),
+        )
+
+
+def grid(spec: ProfileSpec, session: DeviceSession) -> tuple[list[int], list[int]]:
+    """Sorted batch sizes and GPU frequencies to profile (validated against the table)."""
+    table = session.devfreq.available_frequencies_hz()
+    freqs = sorted(spec.gpu_freqs_hz or table)
+    for f in freqs:
+        session.devfreq.validate(f)
+    return sorted(set(spec.batch_sizes)), freqs
+
+
+def profile_points(spec: ProfileSpec, session: DeviceSession, task: Task) -> Iterator[ProfilePoint]:
+    """Yield measured points in the strategy's order."""
+    profiler = Profiler(spec, session, task)
+    batches, freqs = grid(spec, session)
+    if spec.strategy is ProfilingStrategy.frontier:
+        yield from frontier_order(
+            batches, freqs, profiler.measure, spec.power_limit_w, spec.power_metric
+        )
+        return
+    for b in batches:
+        for f in freqs:
+            yield profiler.measure(b, f)
+
+
+def profile(
+    spec: ProfileSpec, session: DeviceSession, reporter: Reporter | None = None
+) -> ProfileRun:
+    """Run a whole profile on an open session (the caller restores the device on exit)."""
+    configure_threads()
+    started = time.monotonic()
+    task = load_task(spec.dataset, spec.dataset_limit)
+    if is_text_model(spec.model) != (task.kind == "text"):
+        raise ValueError(f"model {spec.model} cannot train on {task.kind} set {spec.dataset}")
+    batches, freqs = grid(spec, session)
+    grid_points = len(batches) * len(freqs)
+    if reporter:
+        reporter.start(
+            f"profile {spec.model} on {session.board_name} ({spec.strategy.value})",
+            grid_points,
+            simulated=session.simulated,
+        )
+    points: list[ProfilePoint] = []
+    for point in profile_points(spec, session, task):
+        points.append(point)
+        if reporter:
+            reporter.advance(
+                len(points),
+                f"b={point.batch_size} {point.gpu_freq_hz / 1e6:g} MHz {point.peak_power_w:.2f} W",
+                **point.model_dump(exclude_none=True),
+                simulated=session.simulated,
+            )
+    meta = ProfileMetadata(
+        device_model=session.board_name,
+        l4t=session.identity.l4t,
+        model=spec.model,
+        input_shape=_input_shape(task),
+        dataset=spec.dataset,
+        batch_sizes=batches,
+        gpu_freqs_hz=freqs,
+        strategy=spec.strategy.value,
+        power_limit_w=None if math.isinf(spec.power_limit_w) else spec.power_limit_w,
+        power_metric=spec.power_metric.value,
+        minibatches=spec.minibatches,
+        sample_interval_s=session.sampler.interval_s,
+        measured_points=len(points),
+        grid_points=grid_points,
+        duration_s=time.monotonic() - started,
+        simulated=session.simulated,
+    )
+    return ProfileRun(points=points, metadata=meta)
