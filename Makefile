@@ -25,7 +25,13 @@ $(DATA_STAMP): tools/install-data.sh
 
 data: $(STAMP) $(DATA_STAMP)
 
-setup: $(STAMP) data
+# Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kwok, helm) built from Go
+# modules into ~/.cache/edgetrain/bin/<k8s version>/; a warm run only checks a manifest.
+.PHONY: cluster-bins
+cluster-bins:
+	bash scripts/build-k8s.sh
+
+setup: $(STAMP) data cluster-bins
 
 lint: setup
 	$(BIN)/ruff check edgetrain tests

@@ -1,6 +1,12 @@
 """Planning maths (numpy, no I/O): LUTs, selection, baselines, frontier order, Pareto front."""
 
-from edgetrain.planner.frontier import FrontierResult, Measure, frontier_order, profile_frontier
+from edgetrain.planner.frontier import (
+    FrontierResult,
+    Measure,
+    baseline_column,
+    frontier_order,
+    profile_frontier,
+)
 from edgetrain.planner.lut import Lut
 from edgetrain.planner.pareto import pareto_front
 from edgetrain.planner.plan import (
@@ -21,6 +27,7 @@ __all__ = [
     "Measure",
     "PlanInputError",
     "align_efficiency",
+    "baseline_column",
     "baseline_frequency_for_limit",
     "frontier_order",
     "objective_matrix",

@@ -70,3 +70,27 @@ def profile_frontier(
     """Run the frontier order to the end and collect its points."""
     points = list(frontier_order(batch_sizes, gpu_freqs_hz, measure, power_limit_w, metric))
     return FrontierResult(points, len(set(batch_sizes)) * len(set(gpu_freqs_hz)))
+
+
+def baseline_column(
+    points: Sequence[ProfilePoint],
+    batch_sizes: Sequence[int],
+    power_limit_w: float,
+    metric: PowerMetric = PowerMetric.peak,
+) -> tuple[int | None, list[tuple[int, int]]]:
+    """The baselines' safe frequency after a frontier run, and the points still to measure there.
+
+    Power rises with b, so the highest frequency at which the largest batch fits is safe for
+    every batch size (the paper's fixed baseline frequency); B1/B2 need every b timed there.
+    """
+    largest = max(batch_sizes)
+    fits = [
+        p.gpu_freq_hz
+        for p in points
+        if p.batch_size == largest and _power(p, metric) <= power_limit_w
+    ]
+    if not fits:
+        return None, []
+    freq = max(fits)
+    measured = {(p.batch_size, p.gpu_freq_hz) for p in points}
+    return freq, [(b, freq) for b in sorted(batch_sizes) if (b, freq) not in measured]

@@ -57,15 +57,15 @@ def safe_frequency_hz(
     """The highest GPU frequency at which every eligible batch size is within the limit.
 
     This is how the first paper fixes the frequency of its baselines: safe irrespective of b.
+    Only frequencies where every eligible batch size was measured qualify, since the baselines
+    need their times there (a frontier profile measures that column with `baseline_column`).
     """
     power = lut.power(metric)
     rows = np.flatnonzero(~np.isnan(r))
     best: int | None = None
     for f in np.unique(lut.gpu_freqs_hz):
-        col = stock_column(lut, int(f))
-        cells = power[rows, col]
-        cells = cells[~np.isnan(cells)]
-        if cells.size and bool(np.all(cells <= power_limit_w)):
+        cells = power[rows, stock_column(lut, int(f))]
+        if not np.any(np.isnan(cells)) and bool(np.all(cells <= power_limit_w)):
             best = int(f)
     return best
 

@@ -16,7 +16,7 @@ from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import ProfileMetadata, ProfilePoint
 from edgetrain.api.training import OptimizerSpec
 from edgetrain.device.sim import TwinWorkload
-from edgetrain.planner import frontier_order
+from edgetrain.planner import baseline_column, frontier_order
 from edgetrain.workloads.device_session import DeviceSession
 from edgetrain.workloads.models import is_text_model
 from edgetrain.workloads.progress import Reporter
@@ -146,9 +146,16 @@ def profile_points(spec: ProfileSpec, session: DeviceSession, task: Task) -> Ite
     profiler = Profiler(spec, session, task)
     batches, freqs = grid(spec, session)
     if spec.strategy is ProfilingStrategy.frontier:
-        yield from frontier_order(
+        measured: list[ProfilePoint] = []
+        for point in frontier_order(
             batches, freqs, profiler.measure, spec.power_limit_w, spec.power_metric
-        )
+        ):
+            measured.append(point)
+            yield point
+        # The baselines' column: every batch size at the largest one's highest feasible clock.
+        _, missing = baseline_column(measured, batches, spec.power_limit_w, spec.power_metric)
+        for b, f in missing:
+            yield profiler.measure(b, f)
         return
     for b in batches:
         for f in freqs:

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.api import PowerMetric, ProfilePoint
-from edgetrain.planner import Lut, frontier_order, profile_frontier, select
+from edgetrain.planner import (
+    Lut,
+    baseline_column,
+    frontier_order,
+    profile_frontier,
+    safe_frequency_hz,
+    select,
+)
 from edgetrain.planner.synthetic import synthetic_lut
 
 BATCHES = [4, 8, 16, 32, 64, 128]
@@ -95,3 +102,25 @@ def test_mean_metric_reaches_higher_frequencies() -> None:
         BATCHES, full.gpu_freqs_hz.tolist(), _measure_from(full, []), limit, PowerMetric.mean
     )
     assert max(p.gpu_freq_hz for p in mean.points) >= max(p.gpu_freq_hz for p in peak.points)
+
+
+def test_baseline_column_completes_the_safe_frequency() -> None:
+    full = synthetic_lut(BATCHES, 12, monotone=True)
+    limit = float(np.quantile(full.peak_power_w, 0.5))
+    result = profile_frontier(BATCHES, full.gpu_freqs_hz.tolist(), _measure_from(full, []), limit)
+    freq, missing = baseline_column(result.points, BATCHES, limit)
+    assert freq is not None
+    # The largest batch fits at `freq` but not one step higher (if it was measured there).
+    largest = [p for p in result.points if p.batch_size == 128]
+    assert max(p.gpu_freq_hz for p in largest if p.peak_power_w <= limit) == freq
+    assert missing and all(f == freq for _, f in missing)
+    measured = {(p.batch_size, p.gpu_freq_hz) for p in result.points}
+    assert {b for b, _ in missing} == {b for b in BATCHES if (b, freq) not in measured}
+    # Once measured, the planner's safe frequency is exactly that column.
+    extra = [_measure_from(full, [])(b, f) for b, f in missing]
+    lut = Lut.from_points([*result.points, *extra])
+    assert safe_frequency_hz(lut, np.ones(6), limit, PowerMetric.peak) == freq
+    # Before, the column was incomplete, so it could not be called safe.
+    partial = Lut.from_points(result.points)
+    assert safe_frequency_hz(partial, np.ones(6), limit, PowerMetric.peak) != freq
+    assert baseline_column(result.points, BATCHES, 0.01) == (None, [])

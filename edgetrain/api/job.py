@@ -1,0 +1,187 @@
+"""The PowerAwareTrainingJob spec: one pydantic model for the CRD, `edgetrain run`, the operator."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from edgetrain.api.errors import InputError
+from edgetrain.api.plan import Objective, PowerMetric
+from edgetrain.api.training import OptimizerSpec
+
+API_VERSION = "edgetrain.io/v1alpha1"
+KIND = "PowerAwareTrainingJob"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class PretrainSpecRef(_Spec):
+    """Make starting weights with `edgetrain pretrain` when no weights file is given."""
+
+    dataset: str
+    samples: Annotated[int, Field(gt=0)] = 20_000
+
+
+class ModelSpec(_Spec):
+    """The network to fine-tune."""
+
+    architecture: str = Field(min_length=1)
+    weights: str | None = Field(default=None, description="path to a weights file")
+    pretrain: PretrainSpecRef | None = None
+
+
+class DatasetSpec(_Spec):
+    """A data set by name (offline sets: see docs/datasets.md), optionally a fixed subset."""
+
+    name: str = Field(min_length=1)
+    limit: Annotated[int, Field(gt=0)] | None = None
+
+
+class PlacementSpec(_Spec):
+    """Where to run: node labels in a cluster; `device` for a standalone run."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    device: str = Field(
+        default="sim:jetson-nano",
+        description="standalone runs: 'sim:<board>' for a device twin, or 'local' for this"
+        " machine's /sys (a Jetson)",
+    )
+
+
+class StrategySpec(_Spec):
+    """How to profile and what to minimise."""
+
+    profiling: str = Field(default="frontier", pattern="^(frontier|full|predicted)$")
+    objective: Objective = Objective.time
+    power_metric: PowerMetric = PowerMetric.peak
+
+
+class BudgetSpec(_Spec):
+    """How much training each phase may spend (samples), and how often to evaluate."""
+
+    estimate_samples: Annotated[int, Field(gt=0)] = 20_000
+    train_samples: Annotated[int, Field(gt=0)] = 100_000
+    eval_interval_samples: Annotated[int, Field(gt=0)] = 512
+    eval_samples: Annotated[int, Field(gt=0)] = 2000
+    profile_minibatches: Annotated[int, Field(ge=2)] = 10
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+
+class PowerAwareTrainingJobSpec(_Spec):
+    """spec of a PowerAwareTrainingJob."""
+
+    model: ModelSpec
+    dataset: DatasetSpec
+    proxy_dataset: DatasetSpec
+    target_accuracy: Annotated[float, Field(gt=0, le=1)]
+    power_limit_watts: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="null: no limit; may change while training (re-plan)"
+    )
+    batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [4, 8, 16, 32, 64, 128], min_length=1
+    )
+    gpu_frequencies_hz: list[Annotated[int, Field(gt=0)]] | None = Field(
+        default=None, description="subset of the GPU table to profile; null: the whole table"
+    )
+    optimizer: OptimizerSpec = OptimizerSpec()
+    placement: PlacementSpec = PlacementSpec()
+    strategy: StrategySpec = StrategySpec()
+    budget: BudgetSpec = BudgetSpec()
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _unique(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"batch sizes must be unique, got {value}")
+        return sorted(value)
+
+    @property
+    def power_limit_w(self) -> float:
+        """The limit as a number (inf when none)."""
+        return math.inf if self.power_limit_watts is None else self.power_limit_watts
+
+
+def _hash(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def efficiency_cache_key(spec: PowerAwareTrainingJobSpec, weights_sha256: str | None) -> str:
+    """Efficiency vectors are shared by model, weights, proxy, batch sizes, optimizer, target."""
+    return _hash(
+        {
+            "model": spec.model.architecture,
+            "weights": weights_sha256,
+            "proxy": spec.proxy_dataset.model_dump(),
+            "batch_sizes": spec.batch_sizes,
+            "optimizer": spec.optimizer.model_dump(mode="json"),
+            "target": spec.target_accuracy,
+            "budget": [
+                spec.budget.estimate_samples,
+                spec.budget.eval_interval_samples,
+                spec.budget.eval_samples,
+                spec.budget.seeds,
+            ],
+        }
+    )
+
+
+def profile_cache_key(
+    spec: PowerAwareTrainingJobSpec,
+    device_model: str,
+    l4t: str | None,
+    input_shape: tuple[int, ...],
+) -> str:
+    """Profiles are shared by (device model, L4T, model, input shape, batch sizes, what was swept).
+
+    A frontier profile depends on the limit it was cut at, so the limit is part of its key.
+    """
+    return _hash(
+        {
+            "device": device_model,
+            "l4t": l4t,
+            "model": spec.model.architecture,
+            "input_shape": list(input_shape),
+            "batch_sizes": spec.batch_sizes,
+            "freqs": spec.gpu_frequencies_hz,
+            "strategy": spec.strategy.profiling,
+            "limit": spec.power_limit_watts if spec.strategy.profiling == "frontier" else None,
+            "metric": spec.strategy.power_metric.value,
+        }
+    )
+
+
+def load_job(path: str | Path) -> PowerAwareTrainingJobSpec:
+    """Read a job YAML: a whole PowerAwareTrainingJob manifest, or just its spec."""
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(file, "no such file") from None
+    except yaml.YAMLError as exc:
+        raise InputError(file, f"not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(file, "expected a mapping (a PowerAwareTrainingJob or its spec)")
+    if "kind" in data:
+        if data.get("kind") != KIND:
+            raise InputError(file, f"kind is {data.get('kind')!r}, expected {KIND}", field="kind")
+        data = data.get("spec") or {}
+        prefix = "spec."
+    else:
+        prefix = ""
+    try:
+        return PowerAwareTrainingJobSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = prefix + ".".join(str(p) for p in err["loc"])
+        raise InputError(file, err["msg"].removeprefix("Value error, "), field=where) from None

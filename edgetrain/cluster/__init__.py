@@ -1,0 +1,24 @@
+"""Local Kubernetes for edgetrain: a real control plane built from Go modules, virtual Jetson
+nodes that run pods as local processes over a device twin, and kwok idle nodes."""
+
+from __future__ import annotations
+
+from edgetrain.cluster.binaries import K8S_VERSION, BinaryMissingError
+from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
+from edgetrain.cluster.controlplane import LocalCluster
+from edgetrain.cluster.process import ComponentError
+from edgetrain.cluster.vnode import VNodeAgent, VNodeSpec, container_log, node_specs
+
+__all__ = [
+    "K8S_VERSION",
+    "BinaryMissingError",
+    "ComponentError",
+    "KubeApiError",
+    "KubeClient",
+    "LocalCluster",
+    "VNodeAgent",
+    "VNodeSpec",
+    "api_path",
+    "container_log",
+    "node_specs",
+]

@@ -1,0 +1,1 @@
+"""Standalone pipeline: estimate → profile → plan → train on one machine, with a report."""

@@ -1,0 +1,140 @@
+"""The run report: report.json and PNG plots (every simulated figure is labelled so)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on a node or in CI
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from edgetrain.api.io import write_text_atomic
+from edgetrain.api.plan import PlanPoint
+from edgetrain.pipeline.run import RunOutcome
+from edgetrain.planner import Lut
+
+MARKERS = {
+    "edgetrain": ("*", "tab:red"),
+    "B1": ("s", "tab:blue"),
+    "B2": ("^", "tab:green"),
+    "oracle": ("D", "tab:purple"),
+}
+
+
+def _title(text: str, simulated: bool) -> str:
+    return f"{text} (simulated)" if simulated else text
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _points(outcome: RunOutcome) -> dict[str, PlanPoint]:
+    plan = outcome.plan
+    return {"edgetrain": plan, **plan.baselines}
+
+
+def _heatmap(
+    ax: Axes, lut: Lut, values: np.ndarray, label: str, outcome: RunOutcome, limit_w: float
+) -> None:
+    freqs_mhz = lut.gpu_freqs_hz / 1e6
+    image = ax.imshow(values, aspect="auto", origin="lower", cmap="viridis")
+    ax.figure.colorbar(image, ax=ax, label=label)
+    ax.set_xticks(range(len(freqs_mhz)), [f"{f:g}" for f in freqs_mhz], rotation=60, fontsize=7)
+    ax.set_yticks(range(len(lut.batch_sizes)), [str(b) for b in lut.batch_sizes])
+    ax.set_xlabel("GPU frequency (MHz)")
+    ax.set_ylabel("batch size")
+    power = lut.power(outcome.plan.power_metric)
+    if math.isfinite(limit_w):
+        feasible = np.where(np.isnan(power), np.nan, (power <= limit_w).astype(float))
+        if np.nanmax(feasible) > 0 and np.nanmin(feasible) < 1:
+            ax.contour(
+                np.nan_to_num(feasible, nan=0.0), levels=[0.5], colors="white", linewidths=1.5
+            )
+        # Feasible frontier: the highest feasible measured frequency per batch size.
+        xs, ys = [], []
+        for i in range(len(lut.batch_sizes)):
+            ok = np.flatnonzero(~np.isnan(power[i]) & (power[i] <= limit_w))
+            if ok.size:
+                xs.append(int(ok[-1]))
+                ys.append(i)
+        ax.plot(xs, ys, "w--", linewidth=1, label=f"frontier at {limit_w:g} W")
+    for name, point in _points(outcome).items():
+        marker, color = MARKERS.get(name, ("o", "black"))
+        j = int(np.flatnonzero(lut.gpu_freqs_hz == point.gpu_freq_hz)[0])
+        i = int(np.flatnonzero(lut.batch_sizes == point.batch_size)[0])
+        ax.plot(j, i, marker, color=color, markersize=11, markeredgecolor="white", label=name)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def write_report(outcome: RunOutcome, folder: Path) -> Path:
+    """Write report.json and the plots into `folder`; returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / "report.json", outcome.model_dump_json(indent=2) + "\n")
+    sim = outcome.simulated
+    lut = Lut.from_points(outcome.profile)
+    limit = outcome.spec.power_limit_w
+    device = outcome.device_model
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    _heatmap(ax, lut, lut.time_per_sample_s * 1e3, "ms per sample", outcome, limit)
+    ax.set_title(_title(f"time per sample, {outcome.spec.model.architecture} on {device}", sim))
+    _save(fig, folder / "time-heatmap.png")
+
+    metric = outcome.plan.power_metric
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    _heatmap(ax, lut, lut.power(metric), f"{metric.value} power (W)", outcome, limit)
+    ax.set_title(_title(f"{metric.value} power on {device}, limit {limit:g} W", sim))
+    _save(fig, folder / "power-heatmap.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    names, values, colors = [], [], []
+    for name, point in _points(outcome).items():
+        names.append(f"{name}\nb={point.batch_size}\n{point.gpu_freq_hz / 1e6:g} MHz")
+        values.append(point.predicted_seconds or point.relative_time)
+        colors.append(MARKERS.get(name, ("o", "gray"))[1])
+    ax.bar(names, values, color=colors)
+    ax.set_ylabel("predicted time to accuracy (s)")
+    ax.set_title(_title("edgetrain against the baselines", sim))
+    _save(fig, folder / "choice.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    eff = outcome.efficiency
+    ax.bar([str(b) for b in eff.batch_sizes], [r or 0.0 for r in eff.r], color="tab:orange")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("r = samples to accuracy / max")
+    ax.set_title(f"efficiency on proxy {eff.dataset} (target {eff.target_accuracy:g})")
+    _save(fig, folder / "efficiency.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    curve = outcome.training.curve
+    usage = outcome.training.usage
+    total_samples = max(outcome.training.samples, 1)
+    seconds = [usage.device_time_s * s / total_samples for s, _ in curve]
+    ax.plot(seconds, [a for _, a in curve], "o-")
+    ax.axhline(outcome.spec.target_accuracy, color="gray", linestyle="--", label="target")
+    ax.set_xlabel("device time (s)" + (", simulated" if usage.simulated else ""))
+    ax.set_ylabel(f"test accuracy on {outcome.spec.dataset.name}")
+    ax.set_title(_title(f"training at b={outcome.plan.batch_size}", usage.simulated))
+    ax.legend()
+    _save(fig, folder / "training.png")
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    if outcome.power_trace:
+        t, p = zip(*outcome.power_trace, strict=True)
+        ax.plot(t, p, linewidth=0.8)
+    if math.isfinite(limit):
+        ax.axhline(limit, color="red", linestyle="--", label=f"limit {limit:g} W")
+        ax.legend()
+    ax.set_xlabel("wall time since training start (s)")
+    ax.set_ylabel("board power (W)")
+    ax.set_title(_title(f"power while training on {device}", sim))
+    _save(fig, folder / "power-trace.png")
+    return folder

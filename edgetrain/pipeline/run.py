@@ -1,0 +1,231 @@
+"""`edgetrain run job.yaml`: the whole method without a cluster, reusing cached phases."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from edgetrain.api.efficiency import EfficiencyVector, read_efficiency, write_efficiency
+from edgetrain.api.errors import BadInputError
+from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key, profile_cache_key
+from edgetrain.api.plan import PlanResult
+from edgetrain.api.profile import (
+    ProfileMetadata,
+    ProfilePoint,
+    read_profile,
+    read_profile_metadata,
+    write_profile,
+    write_profile_metadata,
+)
+from edgetrain.device.sim import DeviceTwin, TwinWorkload
+from edgetrain.planner import Lut
+from edgetrain.planner import plan as make_plan
+from edgetrain.workloads.device_session import DeviceSession, SessionMeter
+from edgetrain.workloads.estimate import EstimateSpec, estimate
+from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+from edgetrain.workloads.progress import Reporter
+from edgetrain.workloads.train import TrainResult, TrainSpec, train
+from edgetrain.workloads.training import load_task
+from edgetrain.workloads.weights import PretrainSpec, file_sha256, pretrain
+
+
+class PhaseRecord(BaseModel):
+    """How one phase went: cached or run, and how long it took (wall seconds)."""
+
+    cached: bool
+    wall_s: float
+    path: str
+
+
+class RunOutcome(BaseModel):
+    """Everything `edgetrain run` learned; report.json is this model."""
+
+    spec: PowerAwareTrainingJobSpec
+    device_model: str
+    simulated: bool
+    efficiency: EfficiencyVector
+    efficiency_phase: PhaseRecord
+    profile: list[ProfilePoint]
+    profile_metadata: ProfileMetadata
+    profile_phase: PhaseRecord
+    plan: PlanResult
+    training: TrainResult
+    training_wall_s: float
+    power_trace: list[tuple[float, float]]  # (seconds since training start, W)
+
+
+def cache_root() -> Path:
+    """$EDGETRAIN_CACHE_DIR or ~/.cache/edgetrain."""
+    env = os.environ.get("EDGETRAIN_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "edgetrain"
+
+
+def resolve_weights(spec: PowerAwareTrainingJobSpec, reporter: Reporter | None) -> Path | None:
+    """A weights file from the spec, made by pretraining when the spec says so."""
+    if spec.model.weights:
+        path = Path(spec.model.weights)
+        if not path.is_file():
+            raise BadInputError(f"spec.model.weights: {path} does not exist")
+        return path
+    if spec.model.pretrain:
+        recipe = PretrainSpec(
+            model=spec.model.architecture,
+            dataset=spec.model.pretrain.dataset,
+            samples=spec.model.pretrain.samples,
+        )
+        return pretrain(recipe, reporter)
+    return None
+
+
+@contextlib.contextmanager
+def open_device(device: str, workdir: Path) -> Iterator[DeviceSession]:
+    """A session on a twin ('sim:<board>', started here) or this machine's /sys ('local')."""
+    if device == "local":
+        with DeviceSession("/") as session:
+            yield session
+        return
+    if not device.startswith("sim:"):
+        raise BadInputError(
+            f"spec.placement.device must be 'sim:<board>' or 'local', got {device!r}"
+        )
+    root = workdir / "twin"
+    with DeviceTwin(device.removeprefix("sim:"), root), DeviceSession(root) as session:
+        yield session
+
+
+def _estimate_phase(
+    spec: PowerAwareTrainingJobSpec, weights: Path | None, reporter: Reporter | None
+) -> tuple[EfficiencyVector, PhaseRecord]:
+    started = time.monotonic()
+    key = efficiency_cache_key(spec, file_sha256(weights) if weights else None)
+    path = cache_root() / "efficiency" / f"{spec.model.architecture}-{key}.json"
+    if path.is_file():
+        return read_efficiency(path), PhaseRecord(cached=True, wall_s=0.0, path=str(path))
+    vector = estimate(
+        EstimateSpec(
+            model=spec.model.architecture,
+            dataset=spec.proxy_dataset.name,
+            dataset_limit=spec.proxy_dataset.limit,
+            batch_sizes=spec.batch_sizes,
+            target_accuracy=spec.target_accuracy,
+            optimizer=spec.optimizer,
+            weights=weights,
+            sample_budget=spec.budget.estimate_samples,
+            eval_interval_samples=spec.budget.eval_interval_samples,
+            eval_samples=spec.budget.eval_samples,
+            seeds=spec.budget.seeds,
+        ),
+        reporter,
+    )
+    write_efficiency(path, vector)
+    return vector, PhaseRecord(cached=False, wall_s=time.monotonic() - started, path=str(path))
+
+
+def _profile_phase(
+    spec: PowerAwareTrainingJobSpec, session: DeviceSession, reporter: Reporter | None
+) -> tuple[list[ProfilePoint], ProfileMetadata, PhaseRecord]:
+    started = time.monotonic()
+    task = load_task(spec.dataset.name, spec.dataset.limit)
+    shape = tuple(int(d) for d in task.x_train.shape[1:])
+    key = profile_cache_key(spec, session.board_name, session.identity.l4t, shape)
+    path = cache_root() / "profiles" / f"{session.board_name}-{spec.model.architecture}-{key}.csv"
+    meta = read_profile_metadata(path) if path.is_file() else None
+    if meta is not None:
+        return read_profile(path), meta, PhaseRecord(cached=True, wall_s=0.0, path=str(path))
+    if spec.strategy.profiling == "predicted":
+        raise BadInputError(
+            "spec.strategy.profiling: 'predicted' needs the predictor (edgetrain profile"
+            " --strategy predicted); use frontier or full here"
+        )
+    run = profile(
+        ProfileSpec(
+            model=spec.model.architecture,
+            dataset=spec.dataset.name,
+            batch_sizes=spec.batch_sizes,
+            gpu_freqs_hz=spec.gpu_frequencies_hz,
+            strategy=ProfilingStrategy(spec.strategy.profiling),
+            power_limit_w=spec.power_limit_w,
+            power_metric=spec.strategy.power_metric,
+            minibatches=spec.budget.profile_minibatches,
+        ),
+        session,
+        reporter,
+    )
+    write_profile(path, run.points)
+    write_profile_metadata(path, run.metadata)
+    record = PhaseRecord(cached=False, wall_s=time.monotonic() - started, path=str(path))
+    return run.points, run.metadata, record
+
+
+def run_job(
+    spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None
+) -> RunOutcome:
+    """Estimate (or reuse) r, profile (or reuse) the LUT, plan, then train at the plan."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="edgetrain-run-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    weights = resolve_weights(spec, reporter)
+    efficiency, eff_phase = _estimate_phase(spec, weights, reporter)
+    if reporter:
+        reporter.event("efficiency", cached=eff_phase.cached, **efficiency.model_dump())
+    with open_device(spec.placement.device, workdir) as session:
+        points, meta, prof_phase = _profile_phase(spec, session, reporter)
+        result = make_plan(
+            Lut.from_points(points),
+            efficiency,
+            spec.power_limit_w,
+            metric=spec.strategy.power_metric,
+            objective=spec.strategy.objective,
+        )
+        if reporter:
+            reporter.event("plan", **result.model_dump())
+        task = load_task(spec.dataset.name, spec.dataset.limit)
+        workload = TwinWorkload(
+            model=spec.model.architecture,
+            input_shape=tuple(int(d) for d in task.x_train.shape[1:]),
+            num_classes=task.num_classes,
+            batch_size=result.batch_size,
+            busy=True,
+        )
+        session.pin(result.gpu_freq_hz)
+        session.set_workload(workload)
+        started = time.monotonic()
+        training = train(
+            TrainSpec(
+                model=spec.model.architecture,
+                dataset=spec.dataset.name,
+                dataset_limit=spec.dataset.limit,
+                batch_size=result.batch_size,
+                target_accuracy=spec.target_accuracy,
+                optimizer=spec.optimizer,
+                weights=weights,
+                sample_budget=spec.budget.train_samples,
+                eval_interval_samples=spec.budget.eval_interval_samples,
+                eval_samples=spec.budget.eval_samples,
+                seed=spec.budget.seeds[0],
+            ),
+            workdir / "checkpoints",
+            meter=SessionMeter(session, workload),
+            reporter=reporter,
+        )
+        ended = time.monotonic()
+        trace = [(s.timestamp_s - started, s.power_w) for s in session.sampler.samples(started)]
+    return RunOutcome(
+        spec=spec,
+        device_model=session.board_name,
+        simulated=session.simulated,
+        efficiency=efficiency,
+        efficiency_phase=eff_phase,
+        profile=points,
+        profile_metadata=meta,
+        profile_phase=prof_phase,
+        plan=result,
+        training=training,
+        training_wall_s=ended - started,
+        power_trace=trace,
+    )
