@@ -42,10 +42,9 @@ unit: setup
 
 test: lint unit
 
+# The whole method in one command: estimate → profile → plan → train on a simulated Nano.
 demo: setup
-	@echo "make demo: the standalone pipeline (edgetrain run) has not landed yet; try:"
-	$(BIN)/edgetrain plan --profile examples/nano-resnet18-profile.csv \
-		--efficiency examples/resnet18-efficiency.json --power-limit 5
+	$(BIN)/edgetrain run examples/demo-nano.yaml --report edgetrain-report
 
 bench: setup
 	$(BIN)/edgetrain bench planner

@@ -17,6 +17,8 @@ from edgetrain.api.plan import Objective, PowerMetric
 from edgetrain.api.training import OptimizerSpec
 
 API_VERSION = "edgetrain.io/v1alpha1"
+# Bump when what `edgetrain profile` measures changes, so cached profiles are not reused.
+PROFILER_VERSION = 2
 KIND = "PowerAwareTrainingJob"
 
 
@@ -140,23 +142,30 @@ def profile_cache_key(
     spec: PowerAwareTrainingJobSpec,
     device_model: str,
     l4t: str | None,
-    input_shape: tuple[int, ...],
+    input_shape: tuple[int, ...] | None,
+    *,
+    dataset: str | None = None,
 ) -> str:
     """Profiles are shared by (device model, L4T, model, input shape, batch sizes, what was swept).
 
     A frontier profile depends on the limit it was cut at, so the limit is part of its key.
+    The operator, which never loads data, names the input by its data set (`input_shape=None`,
+    `dataset=spec.dataset.name`) instead of its shape.
     """
+    extra: dict[str, Any] = {} if dataset is None else {"dataset": dataset}
     return _hash(
         {
+            **extra,
             "device": device_model,
             "l4t": l4t,
             "model": spec.model.architecture,
-            "input_shape": list(input_shape),
+            "input_shape": None if input_shape is None else list(input_shape),
             "batch_sizes": spec.batch_sizes,
             "freqs": spec.gpu_frequencies_hz,
             "strategy": spec.strategy.profiling,
             "limit": spec.power_limit_watts if spec.strategy.profiling == "frontier" else None,
             "metric": spec.strategy.power_metric.value,
+            "profiler": PROFILER_VERSION,
         }
     )
 

@@ -128,11 +128,16 @@ def write_report(outcome: RunOutcome, folder: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if outcome.power_trace:
-        t, p = zip(*outcome.power_trace, strict=True)
-        ax.plot(t, p, linewidth=0.8)
+        t, p = (np.asarray(v) for v in zip(*outcome.power_trace, strict=True))
+        ax.plot(t, p, linewidth=0.5, color="tab:blue", alpha=0.4, label="sampled")
+        # Minibatches alternate busy and host gaps; a 1 s mean shows the level being held.
+        width = max(1, int(np.searchsorted(t, t[0] + 1.0)))
+        if len(p) > width:
+            mean = np.convolve(p, np.ones(width) / width, mode="valid")
+            ax.plot(t[width - 1 :], mean, color="tab:blue", linewidth=1.8, label="1 s mean")
     if math.isfinite(limit):
         ax.axhline(limit, color="red", linestyle="--", label=f"limit {limit:g} W")
-        ax.legend()
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("wall time since training start (s)")
     ax.set_ylabel("board power (W)")
     ax.set_title(_title(f"power while training on {device}", sim))

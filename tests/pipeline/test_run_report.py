@@ -1,0 +1,126 @@
+"""`edgetrain run`: the whole pipeline on a Nano twin, its report, and the cache on a rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgetrain.api.errors import InputError
+from edgetrain.api.job import load_job
+from edgetrain.pipeline.run import RunOutcome
+
+JOB = """
+apiVersion: edgetrain.io/v1alpha1
+kind: PowerAwareTrainingJob
+metadata: {name: tiny}
+spec:
+  model: {architecture: resnet8-w025}
+  dataset: {name: digits}
+  proxyDataset: {name: digits, limit: 800}
+  targetAccuracy: 0.5
+  powerLimitWatts: 2.45
+  batchSizes: [16, 64]
+  gpuFrequenciesHz: [76800000, 230400000, 460800000]
+  optimizer: {learningRate: 4.0e-3, referenceBatchSize: 64}
+  placement: {device: "sim:jetson-nano"}
+  budget: {estimateSamples: 4000, trainSamples: 4000, evalIntervalSamples: 256,
+           evalSamples: 300, profileMinibatches: 2}
+"""
+
+
+def _run(job: Path, tmp: Path, report: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(tmp / "cache")}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgetrain",
+            "run",
+            str(job),
+            "--report",
+            str(report),
+            "--workdir",
+            str(tmp / "work"),
+            "--json-progress",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+
+
+def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    first = _run(job, tmp_path, tmp_path / "r1")
+    assert first.returncode == 0, first.stderr
+    outcome = RunOutcome.model_validate_json((tmp_path / "r1" / "report.json").read_text())
+    assert outcome.simulated and outcome.device_model == "jetson-nano"
+    assert outcome.plan.within_limit and outcome.plan.power_w <= 2.45
+    assert outcome.training.reached_target
+    assert outcome.training.usage.simulated and (outcome.training.usage.energy_j or 0) > 0
+    assert not outcome.efficiency_phase.cached and not outcome.profile_phase.cached
+    assert outcome.profile_metadata.measured_points <= outcome.profile_metadata.grid_points
+    assert {"B1", "B2"} <= set(outcome.plan.baselines)
+    for name in (
+        "time-heatmap",
+        "power-heatmap",
+        "choice",
+        "efficiency",
+        "training",
+        "power-trace",
+    ):
+        png = tmp_path / "r1" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = [json.loads(line) for line in first.stdout.splitlines()]
+    assert {"efficiency", "plan", "result"} <= {e["event"] for e in events}
+
+    second = _run(job, tmp_path, tmp_path / "r2")
+    assert second.returncode == 0, second.stderr
+    again = RunOutcome.model_validate_json((tmp_path / "r2" / "report.json").read_text())
+    assert again.efficiency_phase.cached and again.profile_phase.cached
+    assert (again.plan.batch_size, again.plan.gpu_freq_hz) == (
+        outcome.plan.batch_size,
+        outcome.plan.gpu_freq_hz,
+    )
+
+
+def test_demo_job_loads() -> None:
+    spec = load_job(Path(__file__).parents[2] / "examples" / "demo-nano.yaml")
+    assert spec.placement.device == "sim:jetson-nano" and spec.power_limit_watts == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("kind: Deployment\n", "kind is 'Deployment'"),
+        ("- a\n", "expected a mapping"),
+        (
+            "kind: PowerAwareTrainingJob\nspec: {model: {architecture: m}, dataset: {name: d},"
+            " proxyDataset: {name: p}, targetAccuracy: 1.5}\n",
+            "field 'spec.targetAccuracy'",
+        ),
+        (
+            "model: {architecture: m}\ndataset: {name: d}\nproxyDataset: {name: p}\n"
+            "targetAccuracy: 0.9\nbatchSizes: [8, 8]\n",
+            "batch sizes must be unique",
+        ),
+        (
+            "model: {architecture: m}\ndataset: {name: d}\nproxyDataset: {name: p}\n"
+            "targetAccuracy: 0.9\npowerLimitWatts: -1\n",
+            "field 'powerLimitWatts'",
+        ),
+    ],
+)
+def test_bad_job_files_name_the_field(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_job(path)
+    assert fragment in str(info.value)
