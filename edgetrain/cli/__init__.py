@@ -8,6 +8,7 @@ from edgetrain.cli import bench as _bench
 from edgetrain.cli import cluster as _cluster
 from edgetrain.cli import device as _device
 from edgetrain.cli import plan as _plan
+from edgetrain.cli import predict as _predict
 from edgetrain.cli import run as _run
 from edgetrain.cli import workloads as _workloads
 
@@ -23,6 +24,7 @@ app.command("pretrain")(_workloads.pretrain_command)
 app.command("estimate")(_workloads.estimate_command)
 app.command("train")(_workloads.train_command)
 app.command("profile")(_workloads.profile_command)
+app.command("train-reference")(_predict.train_reference_command)
 app.command("run")(_run.run_command)
 app.add_typer(_bench.app, name="bench")
 app.add_typer(_cluster.app, name="cluster")

@@ -257,7 +257,11 @@ def profile_command(
         str | None, typer.Option(help="Comma-separated GPU frequencies (Hz or 307.2MHz).")
     ] = None,
     strategy: Annotated[
-        str, typer.Option(help="frontier: skip points the limit rules out; full: every point.")
+        str,
+        typer.Option(
+            help="frontier: skip points the limit rules out; full: every point; predicted:"
+            " profile --points (b, full mode) points, transfer, predict the whole table."
+        ),
     ] = "frontier",
     power_limit: Annotated[
         float, typer.Option(help="Watts; frontier needs it. 'inf' = none.")
@@ -270,6 +274,12 @@ def profile_command(
     sysfs_root: Annotated[
         Path | None, typer.Option(help="Sysfs root (a twin's tree); default $EDGETRAIN_SYSFS_ROOT.")
     ] = None,
+    points: Annotated[int, typer.Option(min=2, help="predicted: points to profile (k).")] = 50,
+    margin_quantile: Annotated[
+        float, typer.Option(min=0.01, max=1.0, help="predicted: quantile of power residuals.")
+    ] = 0.9,
+    seed: Annotated[int, typer.Option(help="predicted: sampling and training seed.")] = 0,
+    epochs: Annotated[int, typer.Option(min=1, help="predicted: transfer epochs.")] = 100,
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Measure time per sample and peak/mean power per (batch size, GPU frequency).
@@ -294,7 +304,9 @@ def profile_command(
         try:
             chosen = ProfilingStrategy(strategy)
         except ValueError:
-            raise PlanInputError(f"--strategy must be frontier or full, got '{strategy}'") from None
+            raise PlanInputError(
+                f"--strategy must be frontier, full or predicted, got '{strategy}'"
+            ) from None
         freqs = (
             [parse_frequency_hz(f) for f in gpu_freqs.split(",") if f.strip()]
             if gpu_freqs
@@ -311,6 +323,10 @@ def profile_command(
             minibatches=minibatches,
             min_window_s=min_window,
             stabilize_timeout_s=stabilize_timeout,
+            predict_points=points,
+            predict_seed=seed,
+            margin_quantile=margin_quantile,
+            predict_epochs=epochs,
         )
         try:
             session = DeviceSession(sysfs_root, sample_interval)
@@ -323,6 +339,10 @@ def profile_command(
                 raise PlanInputError(str(exc)) from None
             write_profile(output, run.points)
             write_profile_metadata(output, run.metadata)
+            if run.prediction is not None:
+                from edgetrain.planner.predict_profile import write_prediction_report
+
+                write_prediction_report(output, run.prediction)
             reporter.event("result", output=str(output), **run.metadata.model_dump())
     meta = run.metadata
     stderr.print(

@@ -417,6 +417,7 @@ class PodRunner(threading.Thread):
             "KUBERNETES_SERVICE_PORT": str(agent.api_port),
         })
         pod = self.pod
+        paths = PathMap.for_container(self.root, spec)
         for src in spec.get("envFrom", []):
             prefix = src.get("prefix", "")
             if "configMapRef" in src:
@@ -429,7 +430,8 @@ class PodRunner(threading.Thread):
         for var in spec.get("env", []):
             name = var["name"]
             if "value" in var:
-                env[name] = expand_vars(str(var["value"]), env)
+                # A literal value naming a mount path must point at the pod's host copy.
+                env[name] = expand_vars(paths.translate(str(var["value"])), env)
                 continue
             src = var.get("valueFrom", {})
             if "fieldRef" in src:

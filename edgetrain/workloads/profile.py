@@ -17,6 +17,7 @@ from edgetrain.api.profile import ProfileMetadata, ProfilePoint
 from edgetrain.api.training import OptimizerSpec
 from edgetrain.device.sim import TwinWorkload
 from edgetrain.planner import baseline_column, frontier_order
+from edgetrain.planner.predict import PredictionReport
 from edgetrain.workloads.device_session import DeviceSession
 from edgetrain.workloads.models import is_text_model
 from edgetrain.workloads.progress import Reporter
@@ -35,6 +36,7 @@ class ProfilingStrategy(StrEnum):
 
     frontier = "frontier"
     full = "full"
+    predicted = "predicted"  # k points covering (b, full mode), transfer, predict the rest
 
 
 class ProfileSpec(BaseModel):
@@ -55,6 +57,10 @@ class ProfileSpec(BaseModel):
     stabilize_spread: Annotated[float, Field(gt=0)] = 0.05
     stabilize_timeout_s: Annotated[float, Field(ge=0)] = 15.0
     dataset_limit: int | None = 2000
+    predict_points: Annotated[int, Field(ge=2)] = 50  # k for the predicted strategy
+    predict_seed: int = 0
+    margin_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9
+    predict_epochs: Annotated[int, Field(ge=1)] = 100
 
 
 class ProfileRun(BaseModel):
@@ -62,6 +68,7 @@ class ProfileRun(BaseModel):
 
     points: list[ProfilePoint]
     metadata: ProfileMetadata
+    prediction: PredictionReport | None = None  # the predicted strategy's transfer report
 
 
 def _input_shape(task: Task) -> tuple[int, ...]:
@@ -173,6 +180,15 @@ def profile(
         raise ValueError(f"model {spec.model} cannot train on {task.kind} set {spec.dataset}")
     batches, freqs = grid(spec, session)
     grid_points = len(batches) * len(freqs)
+    if spec.strategy is ProfilingStrategy.predicted:
+        # Lazy: the predictor pulls in its reference models only for this strategy.
+        from edgetrain.planner.predict_profile import predicted_profile
+
+        profiler = Profiler(spec, session, task)
+        predicted = predicted_profile(spec, session, profiler, batches, freqs, reporter)
+        meta = _metadata(spec, session, task, (batches, freqs), predicted.measured, started)
+        meta.grid_points = predicted.grid_points  # the full (b, mode) grid, not b × GPU clocks
+        return ProfileRun(points=predicted.points, metadata=meta, prediction=predicted.report)
     if reporter:
         reporter.start(
             f"profile {spec.model} on {session.board_name} ({spec.strategy.value})",
@@ -189,7 +205,20 @@ def profile(
                 **point.model_dump(exclude_none=True),
                 simulated=session.simulated,
             )
-    meta = ProfileMetadata(
+    meta = _metadata(spec, session, task, (batches, freqs), len(points), started)
+    return ProfileRun(points=points, metadata=meta)
+
+
+def _metadata(
+    spec: ProfileSpec,
+    session: DeviceSession,
+    task: Task,
+    axes: tuple[list[int], list[int]],
+    measured: int,
+    started: float,
+) -> ProfileMetadata:
+    batches, freqs = axes
+    return ProfileMetadata(
         device_model=session.board_name,
         l4t=session.identity.l4t,
         model=spec.model,
@@ -202,9 +231,8 @@ def profile(
         power_metric=spec.power_metric.value,
         minibatches=spec.minibatches,
         sample_interval_s=session.sampler.interval_s,
-        measured_points=len(points),
-        grid_points=grid_points,
+        measured_points=measured,
+        grid_points=len(batches) * len(freqs),
         duration_s=time.monotonic() - started,
         simulated=session.simulated,
     )
-    return ProfileRun(points=points, metadata=meta)

@@ -169,6 +169,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
         "print('MODE=' + os.environ['MODE'], 'NODE=' + os.environ['NODE'],\n"
         "      'FREQ=' + os.environ['FREQ'], 'CWD=' + os.path.basename(os.getcwd()))\n"
         "print('SYSFS=' + os.environ['EDGETRAIN_SYSFS_ROOT'])\n"
+        "print('CSV=' + open(os.environ['PROFILE']).read().splitlines()[1])\n"
     )
     kube.create(api_path("v1", "pods", namespace), {
         "apiVersion": "v1",
@@ -194,6 +195,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
                     {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                     {"name": "FREQ", "valueFrom": {"fieldRef": {
                         "fieldPath": "metadata.annotations['edgetrain.io/gpu-frequency-hz']"}}},
+                    {"name": "PROFILE", "value": "/config/profile.csv"},  # a mount path
                 ],
                 "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo"},
                                  {"name": "config", "mountPath": "/config"}],
@@ -209,6 +211,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
     assert "MODE=fast NODE=vn-jetson-nano-0 FREQ=460800000 CWD=workspace" in out
     nano = next(n for n in vnodes.nodes if n.name == "vn-jetson-nano-0")
     assert f"SYSFS={nano.host_root}" in out
+    assert "CSV=64,460800000" in out
 
 
 def test_deletion_sends_sigterm_then_sigkill_after_grace(vnodes: VNodeAgent, kube: KubeClient,
