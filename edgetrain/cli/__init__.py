@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from edgetrain.cli import bench as _bench
+from edgetrain.cli import bench_paper as _bench_paper  # noqa: F401  (registers `bench paper`)
 from edgetrain.cli import cluster as _cluster
 from edgetrain.cli import device as _device
 from edgetrain.cli import plan as _plan

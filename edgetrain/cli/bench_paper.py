@@ -1,0 +1,76 @@
+"""`edgetrain bench paper`: the first paper's comparison (Tables 2–4, Figure 5) on device twins."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edgetrain.cli.bench import app as bench_app
+from edgetrain.cli.common import exit_codes, stderr
+from edgetrain.pipeline.paper import BenchConfig, Scale, config_for, render_markdown, run_bench
+from edgetrain.workloads.progress import Reporter
+
+
+def _parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        stderr.print(f"error: --seeds must be comma-separated integers, got '{text}'")
+        raise typer.Exit(2)
+    return seeds
+
+
+@bench_app.command("paper")
+def bench_paper(
+    scale: Annotated[
+        Scale, typer.Option(help="small: CPU-sized (~10 min here); paper: the paper's setup.")
+    ] = Scale.small,
+    output: Annotated[Path, typer.Option(help="Markdown table to write.")] = Path(
+        "docs/benchmarks/paper.md"
+    ),
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds (default: the scale's).")
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="A BenchConfig JSON to run instead of --scale."),
+    ] = None,
+    threads: Annotated[int, typer.Option(min=1, help="PyTorch threads per training process.")] = 1,
+    jobs: Annotated[
+        int, typer.Option(min=1, help="Training processes side by side (default: up to 2 cores).")
+    ] = min(2, os.cpu_count() or 1),
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the full result as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Time to accuracy of B1, B2, edgetrain and the oracle (real ML, simulated device)."""
+    with exit_codes():
+        parsed = _parse_seeds(seeds)
+        if config_file is not None:
+            config = BenchConfig.model_validate_json(config_file.read_text())
+            if parsed is not None:
+                config = config.model_copy(update={"seeds": parsed})
+        else:
+            config = config_for(scale, parsed)
+        command = shlex.join(["edgetrain", *sys.argv[1:]])
+        # With --json, progress lines go to stderr so stdout stays one JSON document.
+        with Reporter(stream=sys.stderr if json_output else None) as reporter:
+            result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(render_markdown(result))
+        if json_output:
+            typer.echo(result.model_dump_json())
+        else:
+            stderr.print(
+                f"wrote {output} ({len(result.summaries)} rows; {result.estimates_run} trainings"
+                f" run, {result.estimates_cached} cached; {result.wall_s:.0f} s)"
+            )
