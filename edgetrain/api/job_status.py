@@ -1,0 +1,154 @@
+"""status of a PowerAwareTrainingJob: what the operator writes (camelCase on the wire)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Phase(StrEnum):
+    """Where a job is; `Succeeded` and `Failed` are final."""
+
+    pending = "Pending"
+    estimating = "EstimatingEfficiency"
+    profiling = "Profiling"
+    selecting = "Selecting"
+    training = "Training"
+    succeeded = "Succeeded"
+    failed = "Failed"
+
+    @property
+    def final(self) -> bool:
+        """No more work happens in this phase."""
+        return self in (Phase.succeeded, Phase.failed)
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", validate_assignment=True
+    )
+
+
+class Condition(_Status):
+    """Kubernetes-style condition (type: a phase name, Ready, or Failed)."""
+
+    type: str
+    status: str = Field(pattern="^(True|False|Unknown)$")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+
+class EfficiencyStatus(_Status):
+    """Where the batch-size efficiency vector lives, and whether it came from the cache."""
+
+    config_map: str
+    key: str
+    cached: bool
+
+
+class ProfileStatus(_Status):
+    """One device model's profile (LUT)."""
+
+    device_model: str
+    node: str = Field(description="the node it was (or would be) profiled on")
+    l4t: str | None = Field(default=None, alias="l4t")
+    config_map: str
+    key: str
+    cached: bool | None = Field(default=None, description="null while still profiling")
+    power_limit_watts: float | None = Field(
+        default=None, description="limit the frontier was cut at (null: full profile / no limit)"
+    )
+
+
+class PlanPointStatus(_Status):
+    """An operating point: a plan or a baseline."""
+
+    batch_size: int
+    gpu_frequency_hz: int
+    power_watts: float
+    predicted_seconds: float | None = None
+    relative_time: float
+    ratio_to_plan: float | None = None
+
+
+class CandidateStatus(_Status):
+    """The plan on one candidate device model (the best one is the selection)."""
+
+    device_model: str
+    batch_size: int | None = None
+    gpu_frequency_hz: int | None = None
+    predicted_seconds: float | None = None
+    objective_value: float | None = None
+    error: str | None = None
+
+
+class SelectionStatus(_Status):
+    """The chosen node and (b, f), the plan's baselines, and the other candidates."""
+
+    node: str
+    device_model: str
+    batch_size: int
+    gpu_frequency_hz: int
+    gpu_frequency_m_hz: int = Field(alias="gpuFrequencyMHz")
+    power_watts: float
+    power_limit_watts: float | None
+    predicted_seconds: float | None
+    relative_time: float
+    objective: str
+    baselines: dict[str, PlanPointStatus] = Field(default_factory=dict)
+    candidates: list[CandidateStatus] = Field(default_factory=list)
+
+
+class TrainingStatus(_Status):
+    """The fine-tuning run: which Job/pod, and its progress (totals over all segments)."""
+
+    job: str | None = None
+    pod: str | None = None
+    node: str | None = None
+    attempt: int = 0
+    segment: int = Field(default=0, description="re-plans so far (each changes b or f)")
+    checkpoint_dir: str | None = None
+    samples: int = 0
+    accuracy: float | None = None
+    device_seconds: float = 0.0
+    energy_joules: float | None = None
+    peak_power_watts: float | None = None
+    reached_target: bool | None = None
+    simulated: bool | None = None
+    carried_samples: int = Field(default=0, description="samples of earlier segments")
+    carried_device_seconds: float = 0.0
+    carried_energy_joules: float = 0.0
+    nodes_lost: list[str] = Field(default_factory=list)
+
+
+class PhaseAttempts(_Status):
+    """Failed attempts per phase, and when the next retry may start."""
+
+    estimate: int = 0
+    profile: int = 0
+    train: int = 0
+    next_retry_at: float | None = Field(default=None, description="unix seconds")
+
+
+class PowerAwareTrainingJobStatus(_Status):
+    """status of a PowerAwareTrainingJob."""
+
+    phase: Phase = Phase.pending
+    message: str = ""
+    reason: str = ""
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    efficiency: EfficiencyStatus | None = None
+    profiles: list[ProfileStatus] = Field(default_factory=list)
+    selection: SelectionStatus | None = None
+    training: TrainingStatus | None = None
+    attempts: PhaseAttempts = Field(default_factory=PhaseAttempts)
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    def wire(self) -> dict[str, object]:
+        """The JSON the API server stores (camelCase, no nulls)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

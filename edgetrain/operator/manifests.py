@@ -1,0 +1,500 @@
+"""Builders of the objects the operator creates: plain dicts, no API calls (unit-tested)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, profile_cache_key
+from edgetrain.operator.settings import OperatorSettings
+
+Obj = dict[str, Any]
+
+LABEL_JOB = "edgetrain.io/job"
+LABEL_PHASE = "edgetrain.io/phase"
+LABEL_CACHE = "edgetrain.io/cache"
+LABEL_CACHE_KEY = "edgetrain.io/cache-key"
+LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
+LABEL_L4T = "edgetrain.io/l4t"
+LABEL_MODEL = "edgetrain.io/model"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+MANAGER = "edgetrain-operator"
+ANNOTATION_FREQ = "edgetrain.io/gpu-frequency-hz"
+ANNOTATION_LIMIT = "edgetrain.io/power-limit-watts"
+ANNOTATION_INJECT = "edgetrain.io/inject-failures"
+WORK = "/work"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def short_name(base: str, suffix: str, limit: int = 52) -> str:
+    """`<base>-<suffix>` within `limit` characters (a hash keeps truncated names unique)."""
+    name = f"{base}-{suffix}"
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(base.encode()).hexdigest()[:6]
+    keep = limit - len(suffix) - len(digest) - 2
+    return f"{base[:keep].rstrip('-')}-{digest}-{suffix}"
+
+
+def label_value(text: str) -> str:
+    """A valid label value (≤ 63 characters of [A-Za-z0-9._-], alphanumeric at both ends)."""
+    clean = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63]
+    return clean.strip("-._")
+
+
+def owner_reference(patj: Obj) -> Obj:
+    """Owner reference to the job (garbage collection deletes what it owns)."""
+    meta = patj["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def weights_identity(spec: PowerAwareTrainingJobSpec) -> str | None:
+    """What identifies the starting weights without reading them (the operator never does)."""
+    if spec.model.weights:
+        return "path:" + spec.model.weights
+    if spec.model.pretrain:
+        return "pretrain:" + spec.model.pretrain.model_dump_json()
+    return None
+
+
+def profile_key(spec: PowerAwareTrainingJobSpec, device_model: str, l4t: str | None) -> str:
+    """`profile_cache_key`, with the input named by its data set: the operator never loads data
+    to learn the input shape."""
+    base = profile_cache_key(spec, device_model, l4t, ())
+    payload = json.dumps({"profile": base, "dataset": spec.dataset.model_dump()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def efficiency_configmap_name(key: str) -> str:
+    """Cache ConfigMap of an efficiency vector."""
+    return f"edgetrain-efficiency-{key}"
+
+
+def profile_configmap_name(key: str) -> str:
+    """Cache ConfigMap of a profile."""
+    return f"edgetrain-profile-{key}"
+
+
+def progress_configmap_name(patj_name: str) -> str:
+    """The training pod's progress ConfigMap (owned by the job)."""
+    return short_name(patj_name, "progress")
+
+
+def _common_labels(patj: Obj, phase: str) -> dict[str, str]:
+    return {
+        LABEL_JOB: label_value(patj["metadata"]["name"]),
+        LABEL_PHASE: phase,
+        LABEL_MANAGED: MANAGER,
+    }
+
+
+def _weights_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
+    return ["--weights", spec.model.weights] if spec.model.weights else []
+
+
+def _optimizer_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
+    opt = spec.optimizer
+    return [
+        "--optimizer", opt.name.value,
+        "--learning-rate", repr(opt.learning_rate),
+        "--reference-batch-size", str(opt.reference_batch_size),
+        "--lr-scaling", opt.scaling.value,
+    ]
+
+
+def _limit_arg(spec: PowerAwareTrainingJobSpec) -> str:
+    return "inf" if spec.power_limit_watts is None else repr(spec.power_limit_watts)
+
+
+def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
+    if spec.model.weights or not spec.model.pretrain:
+        return []
+    return [
+        "--pretrain",
+        json.dumps({"model": spec.model.architecture, **spec.model.pretrain.model_dump()}),
+    ]
+
+
+def _container(name: str, settings: OperatorSettings, args: list[str], env: list[Obj]) -> Obj:
+    return {
+        "name": name,
+        "image": settings.image,
+        "command": ["edgetrain"],
+        "args": args,
+        "env": [
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            *env,
+        ],
+        "volumeMounts": [{"name": "work", "mountPath": WORK}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, **extra: Any) -> Obj:
+    return {
+        "serviceAccountName": settings.worker_service_account,
+        "restartPolicy": restart,
+        "terminationGracePeriodSeconds": 15,
+        "containers": [container],
+        "volumes": [{"name": "work", "emptyDir": {}}],
+        **extra,
+    }
+
+
+def _worker_args(
+    *,
+    publish: str | None = None,
+    files: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    progress: str | None = None,
+    hold: bool = False,
+    inject: str | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
+    # The service-account mount as an argument: virtual nodes rewrite mount paths in args.
+    args = ["worker", "--sa-dir", SA_DIR]
+    if publish:
+        args += ["--publish", publish]
+    for key, path in (files or {}).items():
+        args += ["--file", f"{key}={path}"]
+    for key, value in (labels or {}).items():
+        args += ["--label", f"{key}={value}"]
+    if progress:
+        args += ["--progress", progress]
+    if hold:
+        args.append("--hold")
+    if inject:
+        args += ["--inject-failure", inject]
+    return args + (extra or [])
+
+
+def estimate_job(
+    patj: Obj,
+    spec: PowerAwareTrainingJobSpec,
+    settings: OperatorSettings,
+    *,
+    key: str,
+    attempt: int,
+    inject: str | None = None,
+) -> Obj:
+    """A Job on the GPU server running `edgetrain estimate`; it publishes the cache ConfigMap."""
+    name = short_name(patj["metadata"]["name"], f"estimate-{attempt}")
+    labels = {**_common_labels(patj, "estimate"), LABEL_CACHE_KEY: key}
+    cm_labels = {
+        LABEL_CACHE: "efficiency",
+        LABEL_CACHE_KEY: key,
+        LABEL_MODEL: label_value(spec.model.architecture),
+        LABEL_MANAGED: MANAGER,
+    }
+    out = f"{WORK}/efficiency.json"
+    cmd = [
+        "edgetrain", "estimate",
+        "--model", spec.model.architecture,
+        "--dataset", spec.proxy_dataset.name,
+        "--batch-sizes", ",".join(str(b) for b in spec.batch_sizes),
+        "--target-accuracy", repr(spec.target_accuracy),
+        "--output", out,
+        *_optimizer_args(spec),
+        "--sample-budget", str(spec.budget.estimate_samples),
+        "--eval-interval", str(spec.budget.eval_interval_samples),
+        "--eval-samples", str(spec.budget.eval_samples),
+        "--seeds", ",".join(str(s) for s in spec.budget.seeds),
+        *(["--dataset-limit", str(spec.proxy_dataset.limit)] if spec.proxy_dataset.limit else []),
+        *_weights_args(spec),
+        "--json-progress",
+    ]
+    args = _worker_args(
+        publish=efficiency_configmap_name(key),
+        files={"efficiency.json": out},
+        labels=cm_labels,
+        inject=inject,
+        extra=[*_pretrain_args(spec), "--", *cmd],
+    )
+    pod = _pod_spec(
+        settings,
+        _container("estimate", settings, args, []),
+        "Never",
+        nodeSelector=dict(settings.server_selector),
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": patj["metadata"]["namespace"],
+            "labels": labels,
+            "ownerReferences": [owner_reference(patj)],
+        },
+        "spec": {
+            "backoffLimit": 0,  # the operator retries, with its own back-off and limit
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def profile_daemonset(
+    patj: Obj,
+    spec: PowerAwareTrainingJobSpec,
+    settings: OperatorSettings,
+    *,
+    device_model: str,
+    node: str,
+    l4t: str | None,
+    key: str,
+    inject: str | None = None,
+) -> Obj:
+    """A DaemonSet profiling one device model on one node of it (see docs/operator.md)."""
+    name = short_name(patj["metadata"]["name"], f"profile-{label_value(device_model)}")
+    labels = {
+        **_common_labels(patj, "profile"),
+        LABEL_DEVICE_MODEL: label_value(device_model),
+        LABEL_CACHE_KEY: key,
+    }
+    cm_labels = {
+        LABEL_CACHE: "profile",
+        LABEL_CACHE_KEY: key,
+        LABEL_DEVICE_MODEL: label_value(device_model),
+        LABEL_MODEL: label_value(spec.model.architecture),
+        LABEL_MANAGED: MANAGER,
+    }
+    if l4t:
+        cm_labels[LABEL_L4T] = label_value(l4t)
+    out = f"{WORK}/profile.csv"
+    cmd = [
+        "edgetrain", "profile",
+        "--model", spec.model.architecture,
+        "--dataset", spec.dataset.name,
+        "--batch-sizes", ",".join(str(b) for b in spec.batch_sizes),
+        *(
+            ["--gpu-freqs", ",".join(str(f) for f in spec.gpu_frequencies_hz)]
+            if spec.gpu_frequencies_hz
+            else []
+        ),
+        "--strategy", spec.strategy.profiling,
+        "--power-limit", _limit_arg(spec),
+        "--power-metric", spec.strategy.power_metric.value,
+        "--minibatches", str(spec.budget.profile_minibatches),
+        "--min-window", repr(settings.profile_min_window_s),
+        "--output", out,
+        "--json-progress",
+    ]
+    args = _worker_args(
+        publish=profile_configmap_name(key),
+        files={"profile.csv": out, "profile.meta.json": f"{WORK}/profile.meta.json"},
+        labels=cm_labels,
+        hold=True,  # DaemonSet pods restart when they exit: hold until the operator removes it
+        inject=inject,
+        extra=["--", *cmd],
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": LABEL_DEVICE_MODEL, "operator": "In", "values": [device_model]},
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]},
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    pod = _pod_spec(
+        settings,
+        _container("profile", settings, args, []),
+        "Always",
+        nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
+        affinity=affinity,
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": patj["metadata"]["namespace"],
+            "labels": labels,
+            "ownerReferences": [owner_reference(patj)],
+        },
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def checkpoint_dir(settings: OperatorSettings, patj: Obj, run: str) -> str:
+    """A checkpoint folder of one run of the job (a run keeps its batch size)."""
+    meta = patj["metadata"]
+    job = f"{meta['name']}-{meta['uid'][:8]}"
+    return f"{settings.checkpoint_dir}/{meta['namespace']}/{job}/{run}"
+
+
+def train_job(
+    patj: Obj,
+    spec: PowerAwareTrainingJobSpec,
+    settings: OperatorSettings,
+    *,
+    node: str,
+    batch_size: int,
+    gpu_frequency_hz: int,
+    attempt: int,
+    ckpt_dir: str,
+    carry_from: str | None = None,
+    inject: str | None = None,
+) -> Obj:
+    """A Job pinned to `node` running `edgetrain train` at b, annotated with f and the limit."""
+    name = short_name(patj["metadata"]["name"], f"train-{attempt}")
+    labels = _common_labels(patj, "train")
+    limit = spec.power_limit_watts
+    annotations = {
+        ANNOTATION_FREQ: str(gpu_frequency_hz),
+        ANNOTATION_LIMIT: "" if limit is None or math.isinf(limit) else f"{limit:g}",
+    }
+    if not annotations[ANNOTATION_LIMIT]:
+        del annotations[ANNOTATION_LIMIT]
+    cmd = [
+        "edgetrain", "train",
+        "--model", spec.model.architecture,
+        "--dataset", spec.dataset.name,
+        "--batch-size", str(batch_size),
+        "--target-accuracy", repr(spec.target_accuracy),
+        "--checkpoint-dir", ckpt_dir,
+        *_optimizer_args(spec),
+        "--sample-budget", str(spec.budget.train_samples),
+        "--eval-interval", str(spec.budget.eval_interval_samples),
+        "--eval-samples", str(spec.budget.eval_samples),
+        "--seed", str(spec.budget.seeds[0]),
+        *(["--dataset-limit", str(spec.dataset.limit)] if spec.dataset.limit else []),
+        *_weights_args(spec),
+        *(["--gpu-freq", str(gpu_frequency_hz)] if settings.pin_frequency_in_pod else []),
+        "--json-progress",
+    ]
+    extra = [*_pretrain_args(spec)]
+    if carry_from:
+        extra += ["--carry-from", carry_from, "--carry-to", f"{ckpt_dir}/carried-weights.pt"]
+    args = _worker_args(
+        progress=progress_configmap_name(patj["metadata"]["name"]),
+        inject=inject,
+        extra=[
+            *extra,
+            "--progress-interval", repr(settings.progress_interval_s),
+            "--",
+            *cmd,
+        ],
+    )
+    container = _container("train", settings, args, [])
+    volumes_extra: dict[str, Any] = {}
+    pod = _pod_spec(
+        settings,
+        container,
+        "Never",
+        nodeSelector={"kubernetes.io/hostname": node},
+        **volumes_extra,
+    )
+    if settings.checkpoint_pvc:
+        pod["volumes"].append(
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": settings.checkpoint_pvc}}
+        )
+        container["volumeMounts"].append(
+            {"name": "checkpoints", "mountPath": settings.checkpoint_dir}
+        )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": patj["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(patj)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": pod,
+            },
+        },
+    }
+
+
+def progress_configmap(patj: Obj) -> Obj:
+    """Empty progress ConfigMap the training pod patches (owned by the job)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": progress_configmap_name(patj["metadata"]["name"]),
+            "namespace": patj["metadata"]["namespace"],
+            "labels": _common_labels(patj, "train"),
+            "ownerReferences": [owner_reference(patj)],
+        },
+        "data": {},
+    }
+
+
+def worker_rbac(namespace: str, settings: OperatorSettings) -> list[tuple[str, str, Obj]]:
+    """(api version, plural, object): the ServiceAccount workers publish ConfigMaps with."""
+    sa = settings.worker_service_account
+    meta = {"name": sa, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER}}
+    return [
+        ("v1", "serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "roles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["configmaps"],
+                        "verbs": ["get", "create", "patch", "update"],
+                    }
+                ],
+            },
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": sa,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+            },
+        ),
+    ]
+
+
+def injected_failures(patj: Obj, settings: OperatorSettings) -> dict[str, int]:
+    """`edgetrain.io/inject-failures: estimate=2,profile=1,train=1` (only when enabled)."""
+    if not settings.fault_injection:
+        return {}
+    text = (patj["metadata"].get("annotations") or {}).get(ANNOTATION_INJECT, "")
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        phase, sep, count = part.partition("=")
+        if sep and count.strip().isdigit():
+            out[phase.strip()] = int(count)
+    return out

@@ -1,0 +1,299 @@
+"""Pure decision functions of the phase machine (no API calls; unit-tested without a cluster)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.job import PowerAwareTrainingJobSpec
+from edgetrain.api.job_status import (
+    CandidateStatus,
+    Condition,
+    Phase,
+    PlanPointStatus,
+    PowerAwareTrainingJobStatus,
+    ProfileStatus,
+)
+from edgetrain.api.plan import Objective, PlanResult
+from edgetrain.api.profile import ProfilePoint
+from edgetrain.planner import Lut
+from edgetrain.planner import plan as make_plan
+from edgetrain.planner.plan import InfeasibleError, PlanInputError
+
+Obj = dict[str, Any]
+
+LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
+LABEL_L4T = "edgetrain.io/l4t"
+EXIT_BAD_INPUT = 2
+EXIT_BUDGET = 4
+
+
+def now_rfc3339() -> str:
+    """metav1.Time now."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- nodes -------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    """Ready, not cordoned, and without the not-ready/unreachable taints."""
+    conds = node.get("status", {}).get("conditions", []) or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    taints = {t.get("key") for t in node.get("spec", {}).get("taints", []) or []}
+    bad = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    return ready and not node.get("spec", {}).get("unschedulable") and not taints & bad
+
+
+def matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
+    """Equality-based label selection."""
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A device model among the nodes the job may run on, and its nodes (Ready, by name)."""
+
+    device_model: str
+    l4t: str | None
+    nodes: tuple[str, ...]
+
+
+def candidates(
+    nodes: list[Obj], selector: dict[str, str], exclude: frozenset[str] = frozenset()
+) -> list[Candidate]:
+    """Group the Ready nodes matching `selector` by device model (sorted, deterministic)."""
+    groups: dict[str, list[Obj]] = {}
+    for node in nodes:
+        labels = node["metadata"].get("labels", {}) or {}
+        if node["metadata"]["name"] in exclude or not node_ready(node):
+            continue
+        if not matches(labels, selector) or LABEL_DEVICE_MODEL not in labels:
+            continue
+        groups.setdefault(labels[LABEL_DEVICE_MODEL], []).append(node)
+    out = []
+    for model in sorted(groups):
+        members = sorted(groups[model], key=lambda n: n["metadata"]["name"])
+        l4t = (members[0]["metadata"].get("labels") or {}).get(LABEL_L4T)
+        out.append(Candidate(model, l4t, tuple(n["metadata"]["name"] for n in members)))
+    return out
+
+
+def least_loaded(nodes: tuple[str, ...], load: dict[str, int]) -> str:
+    """The node running the fewest training pods (ties: by name)."""
+    return min(nodes, key=lambda n: (load.get(n, 0), n))
+
+
+def place(
+    ranked: list[str], groups: dict[str, tuple[str, ...]], load: dict[str, int]
+) -> tuple[str, str]:
+    """(device model, node): the best-ranked model with an idle node, else the best model's
+    least-loaded node. One Jetson trains one job at a time when the fleet allows it."""
+    for model in ranked:
+        idle = [n for n in groups[model] if load.get(n, 0) == 0]
+        if idle:
+            return model, idle[0]
+    return ranked[0], least_loaded(groups[ranked[0]], load)
+
+
+# --- Jobs and pods ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a Job: running, succeeded, or failed with an exit code and a message."""
+
+    state: str  # "running" | "succeeded" | "failed"
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+
+def _terminated(pod: Obj) -> Obj | None:
+    for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return dict(term)
+        last = (cs.get("lastState") or {}).get("terminated")
+        if last:
+            return dict(last)
+    return None
+
+
+def job_outcome(job: Obj, pods: list[Obj]) -> Outcome:
+    """Classify a Job (backoffLimit 0) from its conditions and its pods' termination states."""
+    status = job.get("status", {}) or {}
+    conds = {c.get("type"): c for c in status.get("conditions", []) or []
+             if c.get("status") == "True"}
+    if status.get("succeeded") or "Complete" in conds:
+        return Outcome("succeeded", 0)
+    if "Failed" in conds or status.get("failed"):
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+            term = _terminated(pod)
+            if term:
+                return Outcome(
+                    "failed",
+                    int(term.get("exitCode", 1)),
+                    str(term.get("reason", "Error")),
+                    str(term.get("message", "")).strip()[-1500:],
+                )
+        cond = conds.get("Failed", {})
+        return Outcome("failed", None, str(cond.get("reason", "Failed")),
+                       str(cond.get("message", "")))
+    return Outcome("running")
+
+
+def daemonset_failures(pods: list[Obj]) -> tuple[int, str]:
+    """Failed runs of a profiling DaemonSet's pods (restarts), and the newest failure message."""
+    failures, message = 0, ""
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+            failures += int(cs.get("restartCount", 0))
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                term = state.get("terminated")
+                if term and int(term.get("exitCode", 0)) != 0:
+                    message = f"exit code {term.get('exitCode')}: {term.get('message', '')}".strip()
+    return failures, message[-1500:]
+
+
+def backoff_s(base_s: float, failures: int) -> float:
+    """Delay before retry number `failures` (1, 2, …): base × 2^(failures-1), at most 10 min."""
+    return float(min(600.0, base_s * 2.0 ** max(0, failures - 1)))
+
+
+# --- selection -------------------------------------------------------------------------------
+
+
+def objective_value(plan: PlanResult, objective: Objective) -> float:
+    """What the selection compares across device models."""
+    return float(plan.relative_energy_j if objective is Objective.energy else plan.relative_time)
+
+
+def plan_candidates(
+    spec: PowerAwareTrainingJobSpec,
+    efficiency: EfficiencyVector,
+    profiles: dict[str, list[ProfilePoint]],
+) -> tuple[str | None, PlanResult | None, list[CandidateStatus]]:
+    """Plan on every device model; the best (model, plan) by the objective, and all of them."""
+    best: tuple[float, str, PlanResult] | None = None
+    rows: list[CandidateStatus] = []
+    for model in sorted(profiles):
+        try:
+            result = make_plan(
+                Lut.from_points(profiles[model]),
+                efficiency,
+                spec.power_limit_w,
+                metric=spec.strategy.power_metric,
+                objective=spec.strategy.objective,
+            )
+        except (InfeasibleError, PlanInputError, ValueError) as exc:
+            rows.append(CandidateStatus(device_model=model, error=str(exc)))
+            continue
+        value = objective_value(result, spec.strategy.objective)
+        rows.append(
+            CandidateStatus(
+                device_model=model,
+                batch_size=result.batch_size,
+                gpu_frequency_hz=result.gpu_freq_hz,
+                predicted_seconds=result.predicted_seconds,
+                objective_value=value,
+            )
+        )
+        if best is None or value < best[0]:
+            best = (value, model, result)
+    if best is None:
+        return None, None, rows
+    return best[1], best[2], rows
+
+
+def plan_for(
+    spec: PowerAwareTrainingJobSpec, efficiency: EfficiencyVector, points: list[ProfilePoint]
+) -> PlanResult:
+    """The plan on one device model's profile."""
+    return make_plan(Lut.from_points(points), efficiency, spec.power_limit_w,
+                     metric=spec.strategy.power_metric, objective=spec.strategy.objective)
+
+
+def plan_point(plan: PlanResult) -> PlanPointStatus:
+    """The plan as status fields."""
+    return PlanPointStatus(
+        batch_size=plan.batch_size,
+        gpu_frequency_hz=plan.gpu_freq_hz,
+        power_watts=plan.power_w,
+        predicted_seconds=plan.predicted_seconds,
+        relative_time=plan.relative_time,
+    )
+
+
+def baselines(plan: PlanResult) -> dict[str, PlanPointStatus]:
+    """B1, B2 (and the oracle, if any) as status fields."""
+    return {
+        name: PlanPointStatus(
+            batch_size=b.batch_size,
+            gpu_frequency_hz=b.gpu_freq_hz,
+            power_watts=b.power_w,
+            predicted_seconds=b.predicted_seconds,
+            relative_time=b.relative_time,
+            ratio_to_plan=b.ratio_to_plan,
+        )
+        for name, b in plan.baselines.items()
+    }
+
+
+def profiles_cover_limit(profiles: list[ProfileStatus], limit_w: float) -> bool:
+    """Every profile was measured up to at least `limit_w` (a frontier cut lower misses points)."""
+    for prof in profiles:
+        cut = math.inf if prof.power_limit_watts is None else prof.power_limit_watts
+        if limit_w > cut:
+            return False
+    return bool(profiles)
+
+
+# --- status helpers --------------------------------------------------------------------------
+
+
+def set_condition(
+    status: PowerAwareTrainingJobStatus, kind: str, value: bool, reason: str, message: str
+) -> None:
+    """Add or update a condition; lastTransitionTime changes only when the status flips."""
+    text = "True" if value else "False"
+    for cond in status.conditions:
+        if cond.type == kind:
+            if cond.status != text:
+                cond.last_transition_time = now_rfc3339()
+            cond.status, cond.reason, cond.message = text, reason, message
+            return
+    status.conditions.append(
+        Condition(type=kind, status=text, reason=reason, message=message,
+                  last_transition_time=now_rfc3339())
+    )
+
+
+CONDITION_OF_PHASE = {
+    Phase.estimating: "EfficiencyReady",
+    Phase.profiling: "ProfilesReady",
+    Phase.selecting: "Planned",
+    Phase.training: "Trained",
+}
+
+
+def transition(
+    status: PowerAwareTrainingJobStatus, to: Phase, reason: str, message: str
+) -> tuple[str, str, str]:
+    """Move to `to`; returns the Event (type, reason, message) to post."""
+    before = status.phase
+    status.phase, status.reason, status.message = to, reason, message
+    if before in CONDITION_OF_PHASE and to is not Phase.failed and to is not before:
+        set_condition(status, CONDITION_OF_PHASE[before], True, reason, message)
+    if to is Phase.succeeded:
+        set_condition(status, "Trained", True, reason, message)
+        set_condition(status, "Ready", True, reason, message)
+        status.finished_at = now_rfc3339()
+    elif to is Phase.failed:
+        set_condition(status, "Failed", True, reason, message)
+        set_condition(status, "Ready", False, reason, message)
+        status.finished_at = now_rfc3339()
+    return ("Warning" if to is Phase.failed else "Normal", reason, f"{before} → {to}: {message}")

@@ -1,0 +1,107 @@
+"""Operator settings: environment variables `EDGETRAIN_OPERATOR_<NAME>`, overridable by flags."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "EDGETRAIN_OPERATOR_"
+
+
+class OperatorSettings(BaseModel):
+    """Everything the operator needs that is not in a job (see docs/operator.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespaces: list[str] = Field(
+        default_factory=list, description="namespaces to watch; empty: all namespaces"
+    )
+    image: str = Field(default="edgetrain:latest", description="image of every worker pod")
+    server_selector: dict[str, str] = Field(
+        default_factory=lambda: {"edgetrain.io/node-kind": "server"},
+        description="node labels of the GPU server that runs proxy estimation",
+    )
+    jetson_selector: dict[str, str] = Field(
+        default_factory=lambda: {"edgetrain.io/node-kind": "jetson"},
+        description="node labels every Jetson candidate must carry (plus spec.placement)",
+    )
+    retry_limit: Annotated[int, Field(ge=0)] = Field(
+        default=3, description="failed attempts retried per phase before the job fails"
+    )
+    retry_backoff_s: Annotated[float, Field(ge=0)] = Field(
+        default=10.0, description="first retry delay; doubles with each failed attempt"
+    )
+    poll_interval_s: Annotated[float, Field(gt=0)] = Field(
+        default=2.0, description="reconcile timer per running job"
+    )
+    checkpoint_dir: str = Field(
+        default="/var/lib/edgetrain/checkpoints",
+        description="root of training checkpoints, on storage every candidate node shares",
+    )
+    checkpoint_pvc: str | None = Field(
+        default=None,
+        description="a ReadWriteMany PVC mounted at checkpoint_dir in training pods; none: the"
+        " path is already shared (virtual nodes share the host filesystem)",
+    )
+    pin_frequency_in_pod: bool = Field(
+        default=False,
+        description="also pass --gpu-freq to `edgetrain train` (only where no node agent runs)",
+    )
+    fault_injection: bool = Field(
+        default=False,
+        description="honour the edgetrain.io/inject-failures annotation (tests only)",
+    )
+    worker_service_account: str = "edgetrain-worker"
+    peering: str | None = Field(
+        default=None, description="kopf peering name (one active replica); none: standalone"
+    )
+    profile_min_window_s: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="`edgetrain profile --min-window` in profiling pods"
+    )
+    progress_interval_s: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="how often a training pod publishes its progress"
+    )
+
+
+_LISTS = {"namespaces"}
+_MAPS = {"server_selector", "jetson_selector"}
+
+
+def _parse(name: str, text: str) -> Any:
+    if name in _LISTS:
+        return [v.strip() for v in text.split(",") if v.strip()]
+    if name in _MAPS:
+        pairs = [p.strip() for p in text.split(",") if p.strip()]
+        out = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected k=v[,k=v], got {text!r}")
+            out[key.strip()] = value.strip()
+        return out
+    if text.lower() in ("", "none", "null") and name in ("checkpoint_pvc", "peering"):
+        return None
+    return text
+
+
+def load_settings(
+    env: dict[str, str] | None = None, **overrides: Any
+) -> OperatorSettings:
+    """Settings from the environment, then explicit overrides (flags); errors name the variable."""
+    source = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for name in OperatorSettings.model_fields:
+        key = ENV_PREFIX + name.upper()
+        if key in source:
+            values[name] = _parse(name, source[key])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return OperatorSettings.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        raise ValueError(
+            f"operator setting {field} ({ENV_PREFIX}{field.upper()}): {err['msg']}"
+        ) from None

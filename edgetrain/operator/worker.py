@@ -1,0 +1,204 @@
+"""`edgetrain worker -- CMD…`: what the operator's pods run around a workload command.
+
+It runs the command, passes its output through (the container log), and publishes results as
+ConfigMaps with the pod's service account: files into a cache ConfigMap on success, and the
+trainer's JSON progress lines into the job's progress ConfigMap while it runs. It forwards
+SIGTERM, so the trainer checkpoints and restores the GPU range when its pod is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
+from edgetrain.cluster.kubeconfig import KubeConfig
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+PROGRESS_KEY = "progress.json"
+RESULT_KEY = "result.json"
+
+
+def in_cluster_client(sa_dir: Path | None = None) -> KubeClient:
+    """Client from the pod's service account or, outside a pod, $KUBECONFIG."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    sa = sa_dir or Path(SA_DIR)
+    if host and (sa / "token").is_file():
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        ca = sa / "ca.crt"
+        return KubeClient(
+            KubeConfig(
+                server=server,
+                ca_pem=ca.read_bytes() if ca.is_file() else None,
+                token=(sa / "token").read_text().strip(),
+            )
+        )
+    return KubeClient.from_kubeconfig()
+
+
+def upsert_configmap(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    labels: dict[str, str] | None = None,
+) -> None:
+    """Create the ConfigMap, or merge `data` and `labels` into an existing one."""
+    path = api_path("v1", "configmaps", namespace, name)
+    try:
+        client.patch(path, {"metadata": {"labels": labels or {}}, "data": data}, "merge")
+        return
+    except KubeApiError as exc:
+        if exc.code != 404:
+            raise
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "data": data,
+    }
+    try:
+        client.create(api_path("v1", "configmaps", namespace), body)
+    except KubeApiError as exc:
+        if exc.code != 409:
+            raise
+        client.patch(path, {"metadata": {"labels": labels or {}}, "data": data}, "merge")
+
+
+def carry_weights(from_dir: Path, to_file: Path) -> bool:
+    """Model weights of the checkpoint in `from_dir` as a weights file (once); True if present."""
+    if to_file.is_file():
+        return True
+    ckpt = from_dir / "checkpoint.pt"
+    if not ckpt.is_file():
+        return False
+    import torch
+
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    to_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = to_file.with_name(f".{to_file.name}.{os.getpid()}.tmp")
+    torch.save(saved["model"], tmp)
+    os.replace(tmp, to_file)
+    return True
+
+
+class ProgressPublisher:
+    """Throttled merge-patches of the newest progress event into a ConfigMap."""
+
+    def __init__(self, client: KubeClient, namespace: str, name: str, interval_s: float) -> None:
+        self.client, self.namespace, self.name = client, namespace, name
+        self.interval_s = interval_s
+        self._last_sent = 0.0
+        self._pending: dict[str, Any] | None = None
+
+    def offer(self, event: dict[str, Any]) -> None:
+        """A JSON line from the trainer; progress is throttled, a result is sent at once."""
+        if event.get("event") == "result":
+            self._pending = None  # older than the result
+            self._send({RESULT_KEY: json.dumps(event), PROGRESS_KEY: json.dumps(event)})
+            return
+        if event.get("event") != "progress" or "samples" not in event:
+            return
+        self._pending = event
+        if time.monotonic() - self._last_sent >= self.interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the newest unsent progress event."""
+        if self._pending is not None:
+            self._send({PROGRESS_KEY: json.dumps(self._pending)})
+            self._pending = None
+
+    def _send(self, data: dict[str, str]) -> None:
+        try:
+            self.client.patch(
+                api_path("v1", "configmaps", self.namespace, self.name), {"data": data}, "merge"
+            )
+        except KubeApiError as exc:
+            print(f"edgetrain worker: progress not published: {exc}", file=sys.stderr)
+        self._last_sent = time.monotonic()
+
+
+def run_worker(
+    command: Sequence[str],
+    *,
+    namespace: str,
+    publish: str | None = None,
+    files: dict[str, Path] | None = None,
+    labels: dict[str, str] | None = None,
+    progress: str | None = None,
+    progress_interval_s: float = 1.0,
+    hold: bool = False,
+    inject_failure: str | None = None,
+    carry_from: Path | None = None,
+    carry_to: Path | None = None,
+    pretrain: dict[str, Any] | None = None,
+    sa_dir: Path | None = None,
+    client: KubeClient | None = None,
+) -> int:
+    """Run `command`; publish results; returns the exit code for the container."""
+    if inject_failure:
+        print(f"edgetrain worker: injected failure: {inject_failure}", file=sys.stderr)
+        return 1
+    if not command:
+        print("edgetrain worker: no command after --", file=sys.stderr)
+        return 2
+    argv = list(command)
+    if argv[0] == "edgetrain":
+        argv = [sys.executable, "-m", "edgetrain", *argv[1:]]
+    if pretrain:
+        from edgetrain.workloads.weights import PretrainSpec
+        from edgetrain.workloads.weights import pretrain as make_weights
+
+        argv += ["--weights", str(make_weights(PretrainSpec.model_validate(pretrain), None))]
+    if carry_from is not None and carry_to is not None and carry_weights(carry_from, carry_to):
+        # A re-plan changed the batch size: start the new segment from the last checkpoint.
+        argv += ["--weights", str(carry_to)]
+    kube = client or (in_cluster_client(sa_dir) if (publish or progress) else None)
+    publisher = (
+        ProgressPublisher(kube, namespace, progress, progress_interval_s)
+        if kube is not None and progress
+        else None
+    )
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        if publisher is not None and line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                publisher.offer(json.loads(line))
+    code = proc.wait()
+    if publisher is not None:
+        publisher.flush()
+    if code != 0:
+        print(f"edgetrain worker: {argv[3] if len(argv) > 3 else argv[0]} exited with {code}",
+              file=sys.stderr)
+        return code
+    if publish and kube is not None:
+        data = {key: path.read_text(encoding="utf-8") for key, path in (files or {}).items()}
+        upsert_configmap(kube, namespace, publish, data, labels)
+        print(f"edgetrain worker: published {sorted(data)} to configmap {publish}",
+              file=sys.stderr)
+    if hold:
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        done.wait()
+    return 0

@@ -1,0 +1,195 @@
+"""The node agent as a real process against the real API server and a virtual Jetson's twin:
+pin/restore across pod lifetimes and agent restarts, conflicts, node labels, the power guard."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.device import GpuDevfreq
+from edgetrain.node_agent.state import load_state
+from tests.node_agent.helpers import (
+    AgentProcess,
+    events,
+    sample_value,
+    sleeper_pod,
+    wait_until,
+)
+
+NODE = "vn-jetson-nano-0"
+MHZ = 1_000_000
+
+
+@pytest.fixture
+def nano(vnodes: VNodeAgent) -> Any:
+    node = next(n for n in vnodes.nodes if n.name == NODE)
+    assert node.twin is not None
+    return node
+
+
+@pytest.fixture
+def agent(cluster: LocalCluster, nano: Any, tmp_path: Path) -> Iterator[AgentProcess]:
+    proc = AgentProcess(NODE, nano.host_root, cluster.kubeconfig, tmp_path / "state.json",
+                        tmp_path / "agent.log", guard_window_s=1.0)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        # Leave the shared twin as found: idle, full range.
+        nano.twin.device.set_idle()
+        dev = GpuDevfreq.discover(nano.host_root)
+        table = dev.available_frequencies_hz()
+        dev.set_range(min(table), max(table))
+
+
+def rng(root: Path) -> tuple[int, int]:
+    r = GpuDevfreq.discover(root).current_range()
+    return (r.min_freq_hz, r.max_freq_hz)
+
+
+def create(kube: KubeClient, ns: str, pod: dict[str, Any]) -> None:
+    kube.create(api_path("v1", "pods", ns), pod)
+
+
+def phase(kube: KubeClient, ns: str, name: str) -> str:
+    obj = kube.get_or_none(api_path("v1", "pods", ns, name))
+    return "Gone" if obj is None else str(obj.get("status", {}).get("phase"))
+
+
+def delete_and_wait(kube: KubeClient, ns: str, name: str) -> None:
+    kube.delete_ignore_missing(api_path("v1", "pods", ns, name))
+    wait_until(lambda: phase(kube, ns, name) == "Gone", 30, f"pod {name} gone")
+
+
+def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: Any,
+                                        agent: AgentProcess) -> None:
+    root: Path = nano.host_root
+    original = rng(root)
+    assert original[0] < original[1]
+    # The agent (not only the virtual node) labels its Node: drop a label, the agent restores it.
+    kube.patch(api_path("v1", "nodes", name=NODE),
+               {"metadata": {"labels": {"edgetrain.io/l4t": None}}}, "merge")
+    agent.start()
+    node = kube.get(api_path("v1", "nodes", name=NODE))
+    assert node["metadata"]["labels"]["edgetrain.io/l4t"] == "32.7.1"
+    assert node["metadata"]["labels"]["edgetrain.io/device-model"] == "jetson-nano"
+    ann = node["metadata"]["annotations"]
+    assert ann["edgetrain.io/gpu-frequencies-hz"].split(",")[0] == "76800000"
+    assert ann["edgetrain.io/node-agent"] == "running"
+    assert httpx.get(f"{agent.url}/healthz").status_code == 200
+
+    # 1. Pin while the pod runs, restore when it finishes.
+    create(kube, namespace, sleeper_pod("short", NODE, 3, freq_hz=460_800_000))
+    wait_until(lambda: rng(root) == (460_800_000, 460_800_000), 20, "pin at 460.8 MHz")
+    text = agent.metrics()
+    assert sample_value(text, "edgetrain_gpu_pinned_frequency_hz", node=NODE) == 460_800_000
+    assert sample_value(text, "edgetrain_pinned_pod_info", pod="short") == 460_800_000
+    assert load_state(agent.state_file).holding
+    wait_until(lambda: phase(kube, namespace, "short") == "Succeeded", 30, "pod finished")
+    wait_until(lambda: rng(root) == original, 10, "range restored after the pod finished")
+    # The range is restored first, then the state cleared (a crash in between re-restores).
+    wait_until(lambda: not load_state(agent.state_file).holding, 5, "state cleared")
+    assert events(kube, namespace, "GpuFrequencyPinned")
+
+    # 2. The pod is deleted while the agent is down: the restarted agent restores (no leak).
+    create(kube, namespace, sleeper_pod("leak", NODE, 120, freq_hz=307_200_000))
+    wait_until(lambda: rng(root) == (307_200_000, 307_200_000), 20, "pin at 307.2 MHz")
+    agent.kill()
+    delete_and_wait(kube, namespace, "leak")
+    assert rng(root) == (307_200_000, 307_200_000)  # nobody restored it yet
+    agent.start()
+    assert rng(root) == original  # restored before the agent reported ready
+
+    # 3. The agent restarts while the pod runs: the pin holds, and the *original* range (not
+    #    the pinned one) is restored when the pod ends.
+    create(kube, namespace, sleeper_pod("held", NODE, 120, freq_hz=614_400_000))
+    wait_until(lambda: rng(root) == (614_400_000, 614_400_000), 20, "pin at 614.4 MHz")
+    agent.kill()
+    agent.start()
+    assert rng(root) == (614_400_000, 614_400_000)
+    state = load_state(agent.state_file)
+    assert (state.saved_min_hz, state.saved_max_hz) == original and state.owner == \
+        f"{namespace}/held"
+    delete_and_wait(kube, namespace, "held")
+    wait_until(lambda: rng(root) == original, 10, "original range restored")
+
+
+def test_two_pods_lower_wins_with_event(kube: KubeClient, namespace: str, nano: Any,
+                                        agent: AgentProcess) -> None:
+    root: Path = nano.host_root
+    original = rng(root)
+    agent.start()
+    create(kube, namespace, sleeper_pod("fast", NODE, 120, freq_hz=921_600_000))
+    wait_until(lambda: rng(root) == (921_600_000, 921_600_000), 20, "pin at 921.6 MHz")
+    create(kube, namespace, sleeper_pod("slow", NODE, 120, freq_hz=384_000_000))
+    wait_until(lambda: rng(root) == (384_000_000, 384_000_000), 20, "lower frequency wins")
+    found = wait_until(lambda: events(kube, namespace, "GpuFrequencyConflict"), 10,
+                       "conflict event")
+    objs = {e["involvedObject"]["name"] for e in found}
+    assert objs == {"fast", "slow"}
+    assert "the lower one, 384 MHz, is pinned" in found[0]["message"]
+    assert found[0]["source"]["component"] == "edgetrain-node-agent"
+    # The low one ends: the remaining pod's frequency applies.
+    delete_and_wait(kube, namespace, "slow")
+    wait_until(lambda: rng(root) == (921_600_000, 921_600_000), 10, "back to 921.6 MHz")
+    delete_and_wait(kube, namespace, "fast")
+    wait_until(lambda: rng(root) == original, 10, "restored")
+
+
+def test_power_guard_steps_down_one_level_at_a_time(kube: KubeClient, namespace: str,
+                                                    nano: Any, agent: AgentProcess) -> None:
+    root: Path = nano.host_root
+    table = sorted(GpuDevfreq.discover(root).available_frequencies_hz())
+    original = rng(root)
+    window_s = 2.0  # > the twin's settling (tau 0.8 s), so a step's tail does not trip the next
+    agent.guard_window_s = window_s
+    agent.start()
+    limit_w = 6.0
+    # resnet18 b=128 draws ~9.5 W (simulated) at 921.6 MHz; the guard must bring it under 6 W.
+    nano.twin.device.set_workload("resnet18", 128)
+    create(kube, namespace, sleeper_pod("hot", NODE, 120, freq_hz=921_600_000, limit_w=limit_w,
+                                        labels={"edgetrain.io/job": "hot-job"}))
+    wait_until(lambda: events(kube, namespace, "PowerGuardStepDown"), 30, "first step-down")
+    seen: list[int] = []
+    history: list[tuple[float, int, float]] = []
+
+    def settled() -> bool:
+        cur = rng(root)[1]
+        if not seen or seen[-1] != cur:
+            seen.append(cur)
+        steps = sample_value(agent.metrics(), "edgetrain_guard_stepdowns_total", pod="hot") or 0
+        now = time.monotonic()
+        history.append((now, cur, steps))
+        # Settled: no change of frequency or step count for two guard windows.
+        stable = [h for h in history if h[0] >= now - 2 * window_s]
+        return (steps > 0 and history[0][0] <= now - 2 * window_s
+                and all((h[1], h[2]) == (cur, steps) for h in stable)
+                and any(h[0] <= now - 2 * window_s and (h[1], h[2]) == (cur, steps)
+                        for h in history))
+
+    wait_until(settled, 90, "guard settled", interval_s=0.5)
+    final = rng(root)
+    assert final[0] == final[1] <= 614_400_000
+    total = sample_value(agent.metrics(), "edgetrain_power_total_watts", node=NODE)
+    assert total is not None and total < limit_w
+    # Never above the pin, one table level per step.
+    assert all(f <= 921_600_000 for f in seen)
+    steps = events(kube, namespace, "PowerGuardStepDown")
+    levels = table.index(921_600_000) - table.index(final[1])
+    text = agent.metrics()
+    assert sample_value(text, "edgetrain_guard_stepdowns_total", pod="hot") == levels
+    assert len(steps) == levels
+    assert sample_value(text, "edgetrain_power_limit_watts", training_job="hot-job") == limit_w
+    assert sample_value(text, "edgetrain_guard_cap_hz", node=NODE) == final[1]
+    # The cap survives an agent restart (the state file keeps it).
+    agent.kill()
+    agent.start()
+    assert rng(root) == final
+    delete_and_wait(kube, namespace, "hot")
+    wait_until(lambda: rng(root) == original, 10, "restored after the guarded pod")

@@ -1,0 +1,205 @@
+"""A real Prometheus (Debian `prometheus`) scrapes two node agents over two virtual Jetsons'
+twins; every query of every dashboard panel returns data, and every metric a panel names is
+exported by a running component."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.cluster.controlplane import free_ports
+from edgetrain.device import GpuDevfreq
+from tests.node_agent.helpers import AgentProcess, sleeper_pod, wait_until
+
+DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "edgetrain" / "dashboards"
+NANO, ORIN = "vn-jetson-nano-0", "vn-jetson-orin-nano-0"
+# Grafana variables in panel queries, as Grafana would expand them for "All" and a 1 s scrape.
+GRAFANA_VARS = {"$node": ".*", "${node}": ".*", "$__rate_interval": "15s",
+                "$__interval": "1s", "$__range": "1m"}
+METRIC = re.compile(r"\b(edgetrain_[a-z0-9_]+)\b")
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard file, panel title, PromQL) for every panel target."""
+    out = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                out.append((path.name, panel["title"], target["expr"]))
+    return out
+
+
+def expand(expr: str) -> str:
+    for var, value in GRAFANA_VARS.items():
+        expr = expr.replace(var, value)
+    assert "$" not in expr, f"unexpanded variable in {expr!r}"
+    return expr
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        pytest.fail("prometheus is not installed: run `make prometheus` (Debian package)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Two agents (nano, orin-nano twins), each with one annotated training pod."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    ns = f"obs-{int(time.time() * 1000) % 10**8}"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": ns}})
+    kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _: True, 30)
+    nodes = {n.name: n for n in vnodes.nodes}
+    agents = [AgentProcess(name, nodes[name].host_root, cluster.kubeconfig,
+                           tmp / f"{name}.state.json", tmp / f"{name}.log", guard_window_s=1.0)
+              for name in (NANO, ORIN)]
+    try:
+        for a in agents:
+            a.start()
+        # Nano: hot job (b=128 at 921.6 MHz, ~9.5 W simulated) under a 6 W limit -> guard steps.
+        nodes[NANO].twin.device.set_workload("resnet18", 128)
+        nodes[ORIN].twin.device.set_workload("resnet18", 64)
+        progress = {"edgetrain.io/training-samples": "2560",
+                    "edgetrain.io/training-accuracy": "0.42"}
+        for name, pod, job, freq, limit in ((NANO, "train-a", "job-a", 921_600_000, 6.0),
+                                            (ORIN, "train-b", "job-b", 612_000_000, 15.0)):
+            body = sleeper_pod(pod, name, 300, freq_hz=freq, limit_w=limit,
+                               labels={"edgetrain.io/job": job})
+            body["metadata"]["annotations"].update(progress)
+            kube.create(api_path("v1", "pods", ns), body)
+        yield {"agents": agents, "namespace": ns}
+    finally:
+        for a in agents:
+            a.stop()
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
+        for name in (NANO, ORIN):
+            nodes[name].twin.device.set_idle()
+            dev = GpuDevfreq.discover(nodes[name].host_root)
+            table = dev.available_frequencies_hz()
+            dev.set_range(min(table), max(table))
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_bin: str, fleet: dict[str, Any],
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("prometheus")
+    port = free_ports(1)[0]
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "scrape_timeout": "900ms"},
+        "scrape_configs": [{
+            "job_name": "edgetrain-node-agent",
+            "static_configs": [{"targets": [f"127.0.0.1:{a.port}" for a in fleet["agents"]]}],
+        }],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--storage.tsdb.retention.time=1h", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError((tmp / "prometheus.log").read_text()[-2000:])
+        try:
+            return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, 60, "prometheus ready", interval_s=0.25)
+        yield url
+    finally:
+        proc.kill()  # throwaway TSDB: no need for a clean shutdown
+        proc.wait(timeout=10)
+        log.close()
+
+
+def query(url: str, expr: str) -> list[dict[str, Any]]:
+    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert resp["status"] == "success", resp
+    return list(resp["data"]["result"])
+
+
+def test_prometheus_scrapes_both_agents(prometheus: str, fleet: dict[str, Any]) -> None:
+    def both_up() -> bool:
+        targets = httpx.get(f"{prometheus}/api/v1/targets").json()["data"]["activeTargets"]
+        return len(targets) == 2 and all(t["health"] == "up" for t in targets)
+
+    wait_until(both_up, 30, "both targets up", interval_s=0.5)
+    nodes = {r["metric"]["node"] for r in query(prometheus, "edgetrain_power_total_watts")}
+    assert nodes == {NANO, ORIN}
+    info = query(prometheus, "edgetrain_node_info")
+    assert {r["metric"]["device_model"] for r in info} == {"jetson-nano", "jetson-orin-nano"}
+    assert all(r["metric"]["simulated"] == "true" for r in info)  # labelled as simulated
+
+
+def test_every_dashboard_query_returns_data(prometheus: str, fleet: dict[str, Any]) -> None:
+    queries = dashboard_queries()
+    assert len(queries) >= 12
+    pending = {(d, t, q) for d, t, q in queries}
+
+    def all_have_data() -> bool:
+        for item in sorted(pending):
+            if query(prometheus, expand(item[2])):
+                pending.discard(item)
+        return not pending
+
+    try:
+        wait_until(all_have_data, 60, "data for every panel", interval_s=1.0)
+    except TimeoutError:
+        raise AssertionError("panels without data:\n" + "\n".join(
+            f"  {d} / {t}: {q}" for d, t, q in sorted(pending))) from None
+    # The guard acted on the hot job, and Prometheus saw it.
+    steps = query(prometheus, 'sum by (training_job) (edgetrain_guard_stepdowns_total)')
+    assert {r["metric"]["training_job"]: float(r["value"][1]) >= 1 for r in steps} == {
+        "job-a": True}
+
+
+def exported_names(fleet: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for agent in fleet["agents"]:
+        for line in agent.metrics().splitlines():
+            if line and not line.startswith("#"):
+                out.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return out
+
+
+def unexported(queries: list[tuple[str, str, str]], exported: set[str]) -> dict[str, str]:
+    """Metric -> the panel that names it, for metrics nothing exports."""
+    return {m: f"{d} / {t}" for d, t, q in queries for m in METRIC.findall(q)
+            if m not in exported}
+
+
+def test_the_metric_check_catches_a_bad_panel() -> None:
+    bad = [("x.json", "typo", "sum(edgetrain_power_totl_watts)")]
+    assert unexported(bad, {"edgetrain_power_total_watts"}) == {
+        "edgetrain_power_totl_watts": "x.json / typo"}
+
+
+def test_panels_only_reference_exported_metrics(fleet: dict[str, Any]) -> None:
+    from edgetrain.node_agent.metrics import METRIC_NAMES
+
+    # Counters with labels appear on their first increment (the guard's first step).
+    exported = wait_until(lambda: (names := exported_names(fleet)) >= set(METRIC_NAMES)
+                          and names, 30, "every documented metric exported", interval_s=0.5)
+    missing = unexported(dashboard_queries(), exported)
+    assert not missing, f"dashboard panels reference metrics no component exports: {missing}"

@@ -1,0 +1,165 @@
+"""Operator fixtures: the session's real control plane and virtual nodes (tests/cluster), the
+CRDs applied once, and one `edgetrain operator` process shared by every end-to-end test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
+from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path
+from tests.cluster.conftest import cluster, kube, namespace, repo_root, vnodes
+
+__all__ = ["cluster", "kube", "namespace", "repo_root", "vnodes"]
+
+GROUP_VERSION = f"edgetrain.io/{VERSION}"
+
+
+def patj_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
+    """REST path of PowerAwareTrainingJobs."""
+    return api_path(GROUP_VERSION, PLURAL, namespace, name, sub)
+
+
+@pytest.fixture(scope="session")
+def crds(kube: KubeClient, repo_root: Path) -> None:
+    """Apply the committed CRDs (what `kubectl apply -f crds/` does) and wait until served."""
+    for path in sorted((repo_root / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            kube.apply(doc, "customresourcedefinitions")
+    kube.wait_for(
+        api_path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=CRD_NAME),
+        lambda crd: any(c["type"] == "Established" and c["status"] == "True"
+                        for c in (crd.get("status") or {}).get("conditions") or []),
+        timeout_s=30, what="CRD Established")
+    # A fresh CRD's storage may answer 404/429 for a moment.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            kube.get(api_path(GROUP_VERSION, PLURAL))
+            break
+        except KubeApiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+@dataclass
+class OperatorProcess:
+    """The `edgetrain operator` subprocess and its log."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    checkpoints: Path
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the operator process."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def log_text(self) -> str:
+        """Everything it logged so far."""
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: LocalCluster, crds: None, vnodes: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """One operator for the session: fast polling and retries, fault injection enabled."""
+    work = tmp_path_factory.mktemp("operator")
+    log = work / "operator.log"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "EDGETRAIN_OPERATOR_POLL_INTERVAL_S": "1",
+        "EDGETRAIN_OPERATOR_RETRY_BACKOFF_S": "1",
+        "EDGETRAIN_OPERATOR_RETRY_LIMIT": "2",
+        "EDGETRAIN_OPERATOR_FAULT_INJECTION": "true",
+        "EDGETRAIN_OPERATOR_CHECKPOINT_DIR": str(work / "checkpoints"),
+        "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "edgetrain", "operator", "--verbose"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    op = OperatorProcess(proc, log, work / "checkpoints")
+    try:
+        deadline = time.monotonic() + 60
+        while "Initial authentication has finished" not in op.log_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"operator did not start:\n{op.log_text()[-3000:]}")
+            time.sleep(0.2)
+        yield op
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_phase(kube: KubeClient, ns: str, name: str, phases: set[str], timeout_s: float,
+               op: OperatorProcess | None = None) -> dict[str, Any]:
+    """Poll until status.phase is one of `phases`; on timeout show status and operator log."""
+    try:
+        return kube.wait_for(patj_path(ns, name),
+                             lambda o: o.get("status", {}).get("phase") in phases,
+                             timeout_s=timeout_s, interval_s=0.5, what=f"phase in {phases}")
+    except TimeoutError as exc:
+        tail = op.log_text()[-4000:] if op else ""
+        raise TimeoutError(f"{exc}\noperator log tail:\n{tail}") from None
+
+
+def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """A small, fast job: quarter-width ResNet-8 on digits on the session's Jetson Nano."""
+    body: dict[str, Any] = {
+        "model": {"architecture": "resnet8-w025"},
+        "dataset": {"name": "digits"},
+        "proxyDataset": {"name": "digits"},
+        "targetAccuracy": 0.5,
+        "powerLimitWatts": 5,
+        "batchSizes": [16, 64],
+        "gpuFrequenciesHz": [307200000, 921600000],
+        "optimizer": {"name": "adam", "learningRate": 3.0e-3, "referenceBatchSize": 64},
+        "placement": {"nodeSelector": {"edgetrain.io/device-model": "jetson-nano"}},
+        "budget": {"estimateSamples": 2048, "trainSamples": 4096, "evalIntervalSamples": 256,
+                   "evalSamples": 150, "profileMinibatches": 2},
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return {"apiVersion": GROUP_VERSION, "kind": "PowerAwareTrainingJob",
+            "metadata": {"name": name}, "spec": body}
+
+
+@pytest.fixture(scope="module")
+def shared_ns(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """One namespace for a whole module, so its jobs share the namespace's cache ConfigMaps."""
+    import uuid
+
+    module = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    name = f"op-{module}-{uuid.uuid4().hex[:5]}"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": name}})
+    kube.wait_for(api_path("v1", "serviceaccounts", name, "default"), lambda _sa: True,
+                  timeout_s=30, what="default ServiceAccount")
+    try:
+        yield name
+    finally:
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=name))

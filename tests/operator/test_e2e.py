@@ -1,0 +1,275 @@
+"""The operator end to end on the real local control plane with virtual Jetson nodes.
+
+Everything here runs real processes: kube-apiserver validates the CRD, kopf watches it, Jobs and
+DaemonSets are scheduled onto virtual nodes that run `edgetrain worker -- edgetrain …` over a
+device twin. Budgets are tiny (digits, quarter-width ResNet-8, two batch sizes, two GPU
+frequencies) so the whole module stays within a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from edgetrain.api.profile import parse_profile_csv
+from edgetrain.cluster import KubeApiError, KubeClient, VNodeAgent, api_path, node_specs
+from tests.operator.conftest import OperatorProcess, job_manifest, patj_path, wait_phase
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+DONE = {"Succeeded", "Failed"}
+
+
+def _create(kube: KubeClient, ns: str, manifest: dict[str, Any]) -> str:
+    kube.create(patj_path(ns), manifest)
+    return str(manifest["metadata"]["name"])
+
+
+def _events(kube: KubeClient, ns: str, name: str) -> list[tuple[str, str]]:
+    items = kube.get(api_path("v1", "events", ns))["items"]
+    return [(e["reason"], e.get("message", "")) for e in items
+            if e["involvedObject"].get("name") == name]
+
+
+def _jobs(kube: KubeClient, ns: str, phase: str, name: str) -> list[dict[str, Any]]:
+    return list(kube.get(api_path("batch/v1", "jobs", ns),
+                         labelSelector=f"edgetrain.io/phase={phase},edgetrain.io/job={name}")[
+        "items"])
+
+
+def _resumed_from(kube: KubeClient, ns: str, name: str) -> int:
+    """Samples the last training run resumed from (the trainer's result, via the worker)."""
+    cm = kube.get(api_path("v1", "configmaps", ns, f"{name}-progress"))
+    return int(json.loads(cm["data"]["result.json"])["resumed_from_samples"])
+
+
+def _wait_status(kube: KubeClient, ns: str, name: str, pred: Any, what: str,
+                 op: OperatorProcess, timeout_s: float = 240) -> dict[str, Any]:
+    try:
+        return kube.wait_for(patj_path(ns, name), lambda o: pred(o.get("status", {})),
+                             timeout_s=timeout_s, interval_s=0.5, what=what)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\noperator log tail:\n{op.log_text()[-4000:]}") from None
+
+
+def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None,
+                                    operator: OperatorProcess) -> None:
+    """The API server refuses bad specs with readable messages; identity is frozen once started."""
+    bad = {
+        "negative power limit": ({"powerLimitWatts": -1}, "should be greater than 0"),
+        "empty batch sizes": ({"batchSizes": []}, "should have at least 1 items"),
+        "target 1.5": ({"targetAccuracy": 1.5}, "should be less than or equal to 1"),
+        "duplicate batch sizes": ({"batchSizes": [16, 16]}, "Duplicate value"),
+        "unknown strategy": ({"strategy": {"profiling": "guess"}}, "profiling"),
+    }
+    for what, (spec, message) in bad.items():
+        with pytest.raises(KubeApiError) as err:
+            kube.create(patj_path(namespace), job_manifest("bad", **spec))
+        assert err.value.code == 422, what
+        assert message in err.value.message, (what, err.value.message)
+
+
+def test_job_succeeds_then_second_job_hits_the_cache(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """Pending → … → Succeeded with plan, baselines and outcome; a twin job skips two phases."""
+    namespace = shared_ns
+    started = time.monotonic()
+    first = _create(kube, namespace, job_manifest("first"))
+    # Started (phase past Pending): the model may not change any more.
+    wait_phase(kube, namespace, first, {"EstimatingEfficiency", "Profiling"}, 60, operator)
+    with pytest.raises(KubeApiError) as err:
+        kube.patch(patj_path(namespace, first), {"spec": {"model": {"architecture": "resnet18"}}})
+    assert err.value.code == 422 and "immutable once the job has started" in err.value.message
+    obj = wait_phase(kube, namespace, first, DONE, 420, operator)
+    first_s = time.monotonic() - started
+    status = obj["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["observedGeneration"] == 1
+    assert status["efficiency"]["cached"] is False
+    assert status["profiles"][0]["cached"] is False
+    sel = status["selection"]
+    assert sel["node"] == "vn-jetson-nano-0" and sel["batchSize"] in (16, 64)
+    assert sel["powerWatts"] <= 5 and sel["predictedSeconds"] > 0
+    assert {"B1", "B2"} <= set(sel["baselines"])
+    training = status["training"]
+    assert training["reachedTarget"] is True and training["accuracy"] >= 0.5
+    assert training["samples"] > 0 and training["deviceSeconds"] > 0
+    assert training["simulated"] is True and training["energyJoules"] > 0
+    assert training["peakPowerWatts"] > 0
+    conds = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conds["Ready"] == "True" and conds["EfficiencyReady"] == "True"
+    # The training pod carried the plan: batch size in its command, f and the limit annotated.
+    (job,) = _jobs(kube, namespace, "train", first)
+    pods = kube.get(api_path("v1", "pods", namespace),
+                    labelSelector=f"job-name={job['metadata']['name']}")["items"]
+    pod = pods[0]
+    ann = pod["metadata"]["annotations"]
+    assert ann["edgetrain.io/gpu-frequency-hz"] == str(sel["gpuFrequencyHz"])
+    assert ann["edgetrain.io/power-limit-watts"] == "5"
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--batch-size") + 1] == str(sel["batchSize"])
+    assert pod["spec"]["nodeName"] == sel["node"]
+    reasons = [r for r, _ in _events(kube, namespace, first)]
+    for reason in ("Started", "EfficiencyReady", "ProfilesReady", "Planned", "TrainingStarted",
+                   "TargetReached"):
+        assert reason in reasons, reasons
+
+    # Same model, data and device model: estimation and profiling are skipped.
+    started = time.monotonic()
+    second = _create(kube, namespace, job_manifest("second"))
+    obj = wait_phase(kube, namespace, second, DONE, 300, operator)
+    second_s = time.monotonic() - started
+    status = obj["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["efficiency"]["cached"] is True
+    assert [p["cached"] for p in status["profiles"]] == [True]
+    assert _jobs(kube, namespace, "estimate", second) == []
+    print(f"\nfirst job {first_s:.1f} s, cached second job {second_s:.1f} s,"
+          f" operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
+
+
+def test_estimate_retries_then_gives_up(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """Two injected estimate failures are retried; more than the limit fails the job."""
+    namespace = shared_ns
+    tiny = {"targetAccuracy": 0.3, "budget": {"estimateSamples": 1024}}  # a quick estimate
+    ok = job_manifest("flaky", **tiny)
+    ok["metadata"]["annotations"] = {"edgetrain.io/inject-failures": "estimate=2"}
+    name = _create(kube, namespace, ok)
+    obj = _wait_status(kube, namespace, name,
+                       lambda s: s.get("phase") in ("Profiling", "Selecting", "Training", *DONE),
+                       "estimation done after retries", operator, timeout_s=300)
+    assert obj["status"]["attempts"]["estimate"] == 2
+    assert len(_jobs(kube, namespace, "estimate", name)) == 3
+    failures = [m for r, m in _events(kube, namespace, name) if r == "EstimateFailed"]
+    assert len(failures) == 2 and "injected" in failures[0]
+    kube.delete(patj_path(namespace, name))
+
+    doomed = job_manifest("doomed", **{**tiny, "targetAccuracy": 0.42})
+    doomed["metadata"]["annotations"] = {"edgetrain.io/inject-failures": "estimate=9"}
+    name = _create(kube, namespace, doomed)
+    obj = wait_phase(kube, namespace, name, DONE, 120, operator)
+    status = obj["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "RetryLimitReached"
+    assert "injected failure" in status["message"]  # the pod's termination message
+    assert "attempt 3 of 3" in status["message"]
+
+
+def test_profiling_pod_killed_is_replaced(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """Killing the profiling pod: the DaemonSet makes a new one, the profile still lands."""
+    namespace = shared_ns
+    # New frequencies: a profile cache miss (the efficiency vector is shared with other tests).
+    name = _create(kube, namespace, job_manifest("killed", gpuFrequenciesHz=[230400000,
+                                                                           921600000]))
+    sel = f"edgetrain.io/phase=profile,edgetrain.io/job={name}"
+    deadline = time.monotonic() + 300
+    victim = None
+    while victim is None:
+        pods = kube.get(api_path("v1", "pods", namespace), labelSelector=sel)["items"]
+        running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        if running:
+            victim = running[0]
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"no profiling pod ran\n{operator.log_text()[-3000:]}")
+        else:
+            time.sleep(0.5)
+    kube.delete(api_path("v1", "pods", namespace, victim["metadata"]["name"]),
+                {"gracePeriodSeconds": 0})
+    obj = _wait_status(kube, namespace, name,
+                       lambda s: s.get("phase") in ("Training", *DONE),
+                       "profiled after the kill", operator, timeout_s=300)
+    assert obj["status"]["phase"] != "Failed", obj["status"]
+    assert obj["status"]["profiles"][0]["cached"] is False
+    ds = kube.get(api_path("apps/v1", "daemonsets", namespace),
+                  labelSelector=f"edgetrain.io/job={name}")["items"]
+    assert not [d for d in ds if not d["metadata"].get("deletionTimestamp")]  # removed when done
+    kube.delete(patj_path(namespace, name))
+
+
+# Fine-tune on an MNIST subset (longer than digits, so there is time to intervene); the
+# efficiency vector (proxy: digits) is the cached one of the first test.
+LONGER = {"dataset": {"name": "mnist", "limit": 3000}, "budget": {"trainSamples": 8192}}
+
+
+def test_power_limit_lowered_mid_training_replans(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """Lowering the limit while training re-plans (lower f or b) and finishes under it."""
+    namespace = shared_ns
+    name = _create(kube, namespace, job_manifest("lowered", **LONGER))
+    obj = _wait_status(kube, namespace, name,
+                       lambda s: s.get("phase") == "Training"
+                       and (s.get("training") or {}).get("samples", 0) > 0,
+                       "training with progress", operator, timeout_s=420)
+    before = obj["status"]["selection"]
+    # A limit between the plan's power and the next lower profiled point: rules the plan out,
+    # keeps another point feasible (the twin's figures vary with the machine's load).
+    cm = kube.get(api_path("v1", "configmaps", namespace,
+                           obj["status"]["profiles"][0]["configMap"]))
+    powers = sorted(p.peak_power_w for p in parse_profile_csv(cm["data"]["profile.csv"]))
+    below = [p for p in powers if p < before["powerWatts"]]
+    assert below, (before, powers)
+    lower = round((below[-1] + before["powerWatts"]) / 2, 3)
+    kube.patch(patj_path(namespace, name), {"spec": {"powerLimitWatts": lower}})
+    obj = wait_phase(kube, namespace, name, DONE, 420, operator)
+    status = obj["status"]
+    assert status["phase"] == "Succeeded", status
+    after = status["selection"]
+    assert after["powerLimitWatts"] == lower and after["powerWatts"] <= lower
+    assert (after["gpuFrequencyHz"], after["batchSize"]) != (before["gpuFrequencyHz"],
+                                                             before["batchSize"])
+    assert status["training"]["segment"] == 1
+    reasons = [r for r, _ in _events(kube, namespace, name)]
+    assert "PowerLimitChanged" in reasons
+    # The first Job was stopped and removed; the second resumed from its checkpoint.
+    assert [j["metadata"]["name"] for j in _jobs(kube, namespace, "train", name)] == [
+        f"{name}-train-2"]
+    if after["batchSize"] == before["batchSize"]:
+        assert _resumed_from(kube, namespace, name) > 0
+    assert status["observedGeneration"] == 2
+
+
+def test_node_lost_mid_training_resumes_elsewhere(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess, tmp_path: Any
+) -> None:
+    """Deleting the training node reschedules on another candidate from the checkpoint."""
+    namespace = shared_ns
+    pool = f"pool-{namespace[-5:]}"
+    agent = VNodeAgent(kube, node_specs({"jetson-nano": 2}, prefix=pool), tmp_path / "vn",
+                       restart_backoff_s=0.5, max_backoff_s=2.0)
+    agent.start()
+    try:
+        agent.wait_ready()
+        for node in agent.nodes:
+            kube.patch(api_path("v1", "nodes", name=node.name),
+                       {"metadata": {"labels": {"edgetrain.io/pool": pool}}})
+        name = _create(kube, namespace, job_manifest(
+            "moved", placement={"nodeSelector": {"edgetrain.io/pool": pool}}, **LONGER))
+        obj = _wait_status(kube, namespace, name,
+                           lambda s: s.get("phase") == "Training"
+                           and (s.get("training") or {}).get("samples", 0) > 0,
+                           "training with a checkpoint", operator, timeout_s=420)
+        obj_before = obj
+        lost = obj["status"]["selection"]["node"]
+        victim = next(n for n in agent.nodes if n.name == lost)
+        victim.stop(delete_node=True)  # its pods die with it, the Node object goes away
+        obj = wait_phase(kube, namespace, name, DONE, 420, operator)
+        status = obj["status"]
+        assert status["phase"] == "Succeeded", status
+        assert status["training"]["nodesLost"] == [lost]
+        assert status["selection"]["node"] != lost
+        reasons = [r for r, _ in _events(kube, namespace, name)]
+        assert "NodeLost" in reasons
+        jobs = _jobs(kube, namespace, "train", name)
+        assert [j["metadata"]["name"] for j in jobs] == [f"{name}-train-2"]
+        assert status["training"]["attempt"] == 2
+        if status["selection"]["batchSize"] == obj_before["status"]["selection"]["batchSize"]:
+            assert _resumed_from(kube, namespace, name) > 0  # from the lost node's checkpoint
+    finally:
+        agent.stop()

@@ -1,0 +1,117 @@
+"""Builders of Jobs, DaemonSets and ConfigMaps: plain dicts checked without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgetrain.api.job import PowerAwareTrainingJobSpec
+from edgetrain.operator import manifests as mf
+from edgetrain.operator.settings import load_settings
+
+SPEC = PowerAwareTrainingJobSpec.model_validate(
+    {
+        "model": {"architecture": "resnet8-w025"},
+        "dataset": {"name": "digits", "limit": 900},
+        "proxyDataset": {"name": "digits"},
+        "targetAccuracy": 0.8,
+        "powerLimitWatts": 5,
+        "batchSizes": [64, 16],
+        "gpuFrequenciesHz": [307200000, 614400000],
+        "budget": {"profileMinibatches": 2},
+    }
+)
+PATJ: dict[str, Any] = {
+    "metadata": {"name": "j1", "namespace": "ns", "uid": "0123456789abcdef", "annotations": {}},
+}
+
+
+def _args(obj: dict[str, Any]) -> list[str]:
+    return list(obj["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_estimate_job_runs_on_the_server_and_publishes() -> None:
+    settings = load_settings({})
+    job = mf.estimate_job(PATJ, SPEC, settings, key="k1", attempt=0)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"edgetrain.io/node-kind": "server"}
+    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+    assert job["metadata"]["ownerReferences"][0]["uid"] == PATJ["metadata"]["uid"]
+    args = _args(job)
+    sep = args.index("--")
+    assert args[:sep][args.index("--publish") + 1] == "edgetrain-efficiency-k1"
+    assert args[sep + 1 : sep + 3] == ["edgetrain", "estimate"]
+    assert args[args.index("--batch-sizes") + 1] == "16,64"
+    assert "--inject-failure" not in args
+
+
+def test_profile_daemonset_one_node_per_model() -> None:
+    settings = load_settings({})
+    ds = mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano", node="n1",
+                              l4t="32.7.1", key="pk")
+    pod = ds["spec"]["template"]["spec"]
+    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]} in exprs
+    assert pod["restartPolicy"] == "Always"
+    args = _args(ds)
+    assert "--hold" in args
+    assert args[args.index("--gpu-freqs") + 1] == "307200000,614400000"
+    assert args[args.index("--power-limit") + 1] == "5.0"
+    assert args[args.index("--minibatches") + 1] == "2"
+    assert "edgetrain.io/l4t=32.7.1" in args
+    assert ds["spec"]["selector"]["matchLabels"] == ds["spec"]["template"]["metadata"]["labels"]
+
+
+def test_train_job_carries_plan_annotations() -> None:
+    settings = load_settings({})
+    job = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                       gpu_frequency_hz=614400000, attempt=2, ckpt_dir="/c/run2-b16")
+    meta = job["spec"]["template"]["metadata"]
+    assert meta["annotations"] == {
+        mf.ANNOTATION_FREQ: "614400000",
+        mf.ANNOTATION_LIMIT: "5",
+    }
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
+    args = _args(job)
+    assert args[args.index("--batch-size") + 1] == "16"
+    assert args[args.index("--checkpoint-dir") + 1] == "/c/run2-b16"
+    assert args[args.index("--dataset-limit") + 1] == "900"
+    assert "--gpu-freq" not in args  # the node agent pins by default
+    assert job["metadata"]["name"] == "j1-train-2"
+
+
+def test_pin_in_pod_setting_and_carry() -> None:
+    settings = load_settings({}, pin_frequency_in_pod=True, checkpoint_pvc="ckpt")
+    job = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=64, gpu_frequency_hz=1,
+                       attempt=1, ckpt_dir="/c/run1-b64", carry_from="/c/run0-b16")
+    args = _args(job)
+    assert args[args.index("--gpu-freq") + 1] == "1"
+    assert args[args.index("--carry-from") + 1] == "/c/run0-b16"
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod["volumes"]
+
+
+def test_names_fit_and_labels_are_valid() -> None:
+    long = "x" * 80
+    name = mf.short_name(long, "estimate-12")
+    assert len(name) <= 52 and name.endswith("-estimate-12")
+    assert mf.short_name(long, "a") != mf.short_name("y" * 80, "a")
+    assert mf.label_value("-a/b:c-") == "a-b-c"
+
+
+def test_fault_injection_needs_the_setting() -> None:
+    patj = {"metadata": {**PATJ["metadata"],
+                         "annotations": {mf.ANNOTATION_INJECT: "estimate=2, train=1"}}}
+    assert mf.injected_failures(patj, load_settings({})) == {}
+    on = load_settings({}, fault_injection=True)
+    assert mf.injected_failures(patj, on) == {"estimate": 2, "train": 1}
+
+
+def test_cache_keys_are_stable_and_distinct() -> None:
+    a = mf.profile_key(SPEC, "jetson-nano", "32.7.1")
+    assert a == mf.profile_key(SPEC, "jetson-nano", "32.7.1")
+    assert a != mf.profile_key(SPEC, "jetson-orin-nano", "36.4.3")
+    other = SPEC.model_copy(update={"dataset": SPEC.dataset.model_copy(update={"name": "mnist"})})
+    assert a != mf.profile_key(other, "jetson-nano", "32.7.1")
+    assert mf.weights_identity(SPEC) is None

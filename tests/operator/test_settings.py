@@ -1,0 +1,36 @@
+"""Operator settings from the environment and flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgetrain.operator.settings import load_settings
+
+
+def test_defaults() -> None:
+    s = load_settings({})
+    assert s.namespaces == [] and s.retry_limit == 3 and s.pin_frequency_in_pod is False
+    assert s.server_selector == {"edgetrain.io/node-kind": "server"}
+
+
+def test_env_and_overrides() -> None:
+    s = load_settings(
+        {
+            "EDGETRAIN_OPERATOR_NAMESPACES": "a, b",
+            "EDGETRAIN_OPERATOR_SERVER_SELECTOR": "role=gpu,zone=x",
+            "EDGETRAIN_OPERATOR_RETRY_LIMIT": "5",
+            "EDGETRAIN_OPERATOR_PIN_FREQUENCY_IN_POD": "true",
+            "EDGETRAIN_OPERATOR_CHECKPOINT_PVC": "none",
+        },
+        retry_limit=1,
+    )
+    assert s.namespaces == ["a", "b"]
+    assert s.server_selector == {"role": "gpu", "zone": "x"}
+    assert s.retry_limit == 1 and s.pin_frequency_in_pod and s.checkpoint_pvc is None
+
+
+def test_errors_name_the_variable() -> None:
+    with pytest.raises(ValueError, match="EDGETRAIN_OPERATOR_RETRY_LIMIT"):
+        load_settings({"EDGETRAIN_OPERATOR_RETRY_LIMIT": "-1"})
+    with pytest.raises(ValueError, match="k=v"):
+        load_settings({"EDGETRAIN_OPERATOR_SERVER_SELECTOR": "gpu"})

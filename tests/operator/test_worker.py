@@ -1,0 +1,92 @@
+"""`edgetrain worker`: runs the workload, publishes files and progress, keeps exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from edgetrain.cluster.client import KubeApiError
+from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, carry_weights, run_worker
+
+
+class FakeKube:
+    """Records patches and creates; ConfigMaps exist once created (or listed in `existing`)."""
+
+    def __init__(self, existing: set[str] | None = None) -> None:
+        self.existing = set(existing or ())
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def patch(self, path: str, body: Any, patch_type: str = "merge") -> dict[str, Any]:
+        self.calls.append(("patch", path, body))
+        if path.rsplit("/", 1)[-1] not in self.existing:
+            raise KubeApiError("PATCH", path, 404, "NotFound", "")
+        return {}
+
+    def create(self, path: str, body: Any) -> dict[str, Any]:
+        self.calls.append(("create", path, body))
+        self.existing.add(body["metadata"]["name"])
+        return {}
+
+
+def _child(lines: list[dict[str, Any]], code: int = 0, write: Path | None = None) -> list[str]:
+    script = "import json,sys\n"
+    for line in lines:
+        script += f"print(json.dumps({line!r}), flush=True)\n"
+    if write is not None:
+        script += f"open({str(write)!r}, 'w').write('{{}}')\n"
+    script += f"sys.exit({code})\n"
+    return [sys.executable, "-c", script]
+
+
+def test_publishes_files_on_success(tmp_path: Path) -> None:
+    kube = FakeKube()
+    out = tmp_path / "eff.json"
+    code = run_worker(_child([], 0, out), namespace="ns", publish="cm1", files={"e.json": out},
+                      labels={"a": "b"}, client=kube)  # type: ignore[arg-type]
+    assert code == 0
+    created = [c for c in kube.calls if c[0] == "create"]
+    assert created[0][2]["data"] == {"e.json": "{}"}
+    assert created[0][2]["metadata"]["labels"] == {"a": "b"}
+    assert created[0][1] == "/api/v1/namespaces/ns/configmaps"
+
+
+def test_failure_keeps_the_exit_code_and_publishes_nothing(tmp_path: Path) -> None:
+    kube = FakeKube()
+    code = run_worker(_child([], 4), namespace="ns", publish="cm1",
+                      files={"x": tmp_path / "x"}, client=kube)  # type: ignore[arg-type]
+    assert code == 4 and kube.calls == []
+    assert run_worker(["true"], namespace="ns", inject_failure="planned") == 1
+
+
+def test_progress_lines_reach_the_configmap() -> None:
+    kube = FakeKube({"prog"})
+    lines = [{"event": "start"}, {"event": "progress", "samples": 10, "accuracy": 0.1},
+             {"event": "progress", "samples": 20, "accuracy": 0.2},
+             {"event": "result", "samples": 30, "accuracy": 0.9, "reached_target": True}]
+    code = run_worker(_child(lines), namespace="ns", progress="prog", progress_interval_s=60,
+                      client=kube)  # type: ignore[arg-type]
+    assert code == 0
+    sent = [c[2]["data"] for c in kube.calls]
+    assert json.loads(sent[0][PROGRESS_KEY])["samples"] == 10  # first one goes at once
+    assert json.loads(sent[-1][RESULT_KEY])["reached_target"] is True
+
+
+def test_carry_weights(tmp_path: Path) -> None:
+    src, dst = tmp_path / "run1", tmp_path / "run2" / "carried.pt"
+    assert not carry_weights(src, dst)
+    src.mkdir()
+    torch.save({"model": {"w": torch.ones(2)}, "state": {}}, src / "checkpoint.pt")
+    assert carry_weights(src, dst)
+    assert torch.equal(torch.load(dst, weights_only=True)["w"], torch.ones(2))
+    (src / "checkpoint.pt").unlink()
+    assert carry_weights(src, dst)  # made once, kept
+
+
+@pytest.mark.parametrize("cmd", [[]])
+def test_no_command(cmd: list[str]) -> None:
+    assert run_worker(cmd, namespace="ns") == 2
