@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from edgetrain.api import EfficiencyVector, ProfilePoint, write_efficiency, write_profile
+from edgetrain.device.sim import DeviceTwin
 
 MHZ = 1_000_000
 
@@ -43,3 +45,10 @@ def figure1_files(tmp_path: Path) -> tuple[Path, Path]:
         ),
     )
     return profile, efficiency
+
+
+@pytest.fixture
+def nano(tmp_path: Path) -> Iterator[DeviceTwin]:
+    """A live Nano twin whose power settles in 50 ms, for fast profiling tests (simulated)."""
+    with DeviceTwin("jetson-nano", tmp_path / "twin", tick_s=0.01, power_settle_tau_s=0.05) as twin:
+        yield twin

@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from edgetrain.api import PlanResult
 from edgetrain.cli import app
+from tests.helpers import run_edgetrain
 
 runner = CliRunner()
 
 
-def _edgetrain(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", *args], capture_output=True, text=True, check=False
-    )
-
-
 def test_plan_json_contract(figure1_files: tuple[Path, Path]) -> None:
     profile, efficiency = figure1_files
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "plan",
         "--profile",
         str(profile),
@@ -67,7 +60,7 @@ def test_plan_table_output(figure1_files: tuple[Path, Path]) -> None:
 
 def test_infeasible_exits_3_with_one_line(figure1_files: tuple[Path, Path]) -> None:
     profile, efficiency = figure1_files
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "plan",
         "--profile",
         str(profile),
@@ -92,7 +85,7 @@ def test_bad_profile_exits_2_naming_row_and_field(
     bad.write_text(
         "batch_size,gpu_freq_hz,time_per_sample_s,peak_power_w,mean_power_w\n64,1,0.1,x,1\n"
     )
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "plan", "--profile", str(bad), "--efficiency", str(efficiency), "--power-limit", "5"
     )
     assert proc.returncode == 2
@@ -134,7 +127,7 @@ def test_no_limit_and_warnings(figure1_files: tuple[Path, Path], tmp_path: Path)
             }
         )
     )
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "plan",
         "--profile",
         str(profile),

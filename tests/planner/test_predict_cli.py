@@ -7,9 +7,6 @@ minute.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,36 +17,14 @@ from edgetrain.device.sim import DeviceTwin, read_state
 from edgetrain.planner import Lut
 from edgetrain.planner.predict import PredictionReport
 from edgetrain.planner.predict_refs import load_reference
-
-FAST = [
-    "--minibatches",
-    "2",
-    "--min-window",
-    "0.3",
-    "--stabilize-timeout",
-    "2",
-    "--sample-interval",
-    "0.02",
-]
-
-
-@pytest.fixture
-def nano(tmp_path: Path) -> Iterator[DeviceTwin]:
-    with DeviceTwin("jetson-nano", tmp_path / "twin", tick_s=0.01, power_settle_tau_s=0.05) as twin:
-        yield twin
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", *args], capture_output=True, text=True, check=False
-    )
+from tests.helpers import FAST_PROFILE_ARGS, run_edgetrain
 
 
 def test_predicted_profile_on_a_twin(nano: DeviceTwin, tmp_path: Path) -> None:
     before = read_state(nano.root)
     assert before is not None
     out = tmp_path / "predicted.csv"
-    proc = _run(
+    proc = run_edgetrain(
         "profile",
         "--model",
         "resnet8-w025",
@@ -70,7 +45,7 @@ def test_predicted_profile_on_a_twin(nano: DeviceTwin, tmp_path: Path) -> None:
         "-o",
         str(out),
         "--json-progress",
-        *FAST,
+        *FAST_PROFILE_ARGS,
     )
     assert proc.returncode == 0, proc.stderr
     points = read_profile(out)
@@ -108,9 +83,9 @@ def test_predicted_profile_on_a_twin(nano: DeviceTwin, tmp_path: Path) -> None:
     )
 
 
-def test_bench_predictor_small_run(tmp_path: Path) -> None:
+def test_bench_predictor_smallrun_edgetrain(tmp_path: Path) -> None:
     md = tmp_path / "bench.md"
-    proc = _run(
+    proc = run_edgetrain(
         "bench",
         "predictor",
         "--boards",
@@ -148,7 +123,7 @@ def test_bench_predictor_small_run(tmp_path: Path) -> None:
 
 
 def test_train_reference_writes_a_loadable_file(tmp_path: Path) -> None:
-    proc = _run(
+    proc = run_edgetrain(
         "train-reference",
         "--board",
         "jetson-orin-nano",
@@ -164,5 +139,5 @@ def test_train_reference_writes_a_loadable_file(tmp_path: Path) -> None:
     ref = load_reference("jetson-orin-nano", tmp_path)
     assert ref.meta.points == 300 and ref.meta.config.epochs == 2
     assert (tmp_path / "jetson-orin-nano.json").is_file()
-    bad = _run("train-reference", "--board", "jetson-nope", "--output-dir", str(tmp_path))
+    bad = run_edgetrain("train-reference", "--board", "jetson-nope", "--output-dir", str(tmp_path))
     assert bad.returncode == 2 and "jetson-nope" in bad.stderr

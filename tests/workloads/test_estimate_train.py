@@ -17,6 +17,7 @@ from edgetrain.api import read_efficiency
 from edgetrain.api.training import LrScaling, OptimizerSpec
 from edgetrain.workloads.estimate import median_samples
 from edgetrain.workloads.training import load_task, sample_indices
+from tests.helpers import run_edgetrain
 
 SMALL = [
     "--model",
@@ -30,16 +31,6 @@ SMALL = [
     "--eval-samples",
     "359",
 ]
-
-
-def _edgetrain(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        **kwargs,  # type: ignore[call-overload]
-    )
 
 
 def test_learning_rate_scaling_rules() -> None:
@@ -71,7 +62,7 @@ def test_text_task_windows_predict_the_next_character() -> None:
 
 def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
     out = tmp_path / "eff.json"
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "estimate",
         *SMALL,
         "--batch-sizes",
@@ -110,7 +101,7 @@ def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
         "256",
         "--json-progress",
     ]
-    reference = _edgetrain(*args, "--checkpoint-dir", str(tmp_path / "ref"))
+    reference = run_edgetrain(*args, "--checkpoint-dir", str(tmp_path / "ref"))
     assert reference.returncode == 0, reference.stderr
     expected = json.loads(reference.stdout.splitlines()[-1])
 
@@ -135,7 +126,7 @@ def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
     proc.wait()
     assert (ckpt / "checkpoint.pt").is_file()
 
-    resumed = _edgetrain(*args, "--checkpoint-dir", str(ckpt))
+    resumed = run_edgetrain(*args, "--checkpoint-dir", str(ckpt))
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout.splitlines()[-1])
     assert result["resumed_from_samples"] >= 512
@@ -148,7 +139,7 @@ def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
 
 
 def test_train_budget_exhausted_exits_4(tmp_path: Path) -> None:
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "train",
         *SMALL,
         "--batch-size",
@@ -181,14 +172,14 @@ def test_checkpoint_of_another_run_is_bad_input(tmp_path: Path) -> None:
         str(tmp_path),
         "--json-progress",
     ]
-    assert _edgetrain(*base, "--batch-size", "32").returncode == 4
-    other = _edgetrain(*base, "--batch-size", "16")
+    assert run_edgetrain(*base, "--batch-size", "32").returncode == 4
+    other = run_edgetrain(*base, "--batch-size", "16")
     assert other.returncode == 2
     assert "belongs to a different training run" in other.stderr
 
 
 def test_unknown_dataset_is_bad_input(tmp_path: Path) -> None:
-    proc = _edgetrain(
+    proc = run_edgetrain(
         "estimate",
         "--model",
         "resnet8-w025",

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,30 +15,9 @@ from edgetrain.api import read_profile
 from edgetrain.api.profile import read_profile_metadata
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import DeviceTwin, ground_truth
+from tests.helpers import FAST_PROFILE_ARGS, run_edgetrain
 
 FREQS = "76.8MHz,230.4MHz,460.8MHz,921.6MHz"
-FAST = [
-    "--minibatches",
-    "2",
-    "--min-window",
-    "0.3",
-    "--stabilize-timeout",
-    "2",
-    "--sample-interval",
-    "0.02",
-]
-
-
-@pytest.fixture
-def nano(tmp_path: Path) -> Iterator[DeviceTwin]:
-    with DeviceTwin("jetson-nano", tmp_path / "twin", tick_s=0.01, power_settle_tau_s=0.05) as twin:
-        yield twin
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_frontier_profile_measures_fewer_points_and_restores(
@@ -48,7 +26,7 @@ def test_frontier_profile_measures_fewer_points_and_restores(
     node = GpuDevfreq.discover(nano.root)
     before = node.current_range()
     out = tmp_path / "nano.csv"
-    proc = _run(
+    proc = run_edgetrain(
         "profile",
         "--model",
         "resnet8-w025",
@@ -65,7 +43,7 @@ def test_frontier_profile_measures_fewer_points_and_restores(
         "-o",
         str(out),
         "--json-progress",
-        *FAST,
+        *FAST_PROFILE_ARGS,
     )
     assert proc.returncode == 0, proc.stderr
     points = read_profile(out)
@@ -87,7 +65,7 @@ def test_frontier_profile_measures_fewer_points_and_restores(
 
 def test_full_profile_measures_the_grid(nano: DeviceTwin, tmp_path: Path) -> None:
     out = tmp_path / "full.csv"
-    proc = _run(
+    proc = run_edgetrain(
         "profile",
         "--model",
         "resnet8-w025",
@@ -103,7 +81,7 @@ def test_full_profile_measures_the_grid(nano: DeviceTwin, tmp_path: Path) -> Non
         str(nano.root),
         "-o",
         str(out),
-        *FAST,
+        *FAST_PROFILE_ARGS,
     )
     assert proc.returncode == 0, proc.stderr
     assert [(p.batch_size, p.gpu_freq_hz) for p in read_profile(out)] == [
@@ -134,7 +112,7 @@ def test_sigterm_restores_the_frequency_range(nano: DeviceTwin, tmp_path: Path) 
             "-o",
             str(tmp_path / "x.csv"),
             "--json-progress",
-            *FAST,
+            *FAST_PROFILE_ARGS,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -156,7 +134,7 @@ def test_sigterm_restores_the_frequency_range(nano: DeviceTwin, tmp_path: Path) 
 
 
 def test_bad_frequency_lists_the_table(nano: DeviceTwin, tmp_path: Path) -> None:
-    proc = _run(
+    proc = run_edgetrain(
         "profile",
         "--model",
         "resnet8-w025",
@@ -178,7 +156,7 @@ def test_bad_frequency_lists_the_table(nano: DeviceTwin, tmp_path: Path) -> None
 def test_train_on_twin_reports_simulated_device_time_and_energy(
     nano: DeviceTwin, tmp_path: Path
 ) -> None:
-    proc = _run(
+    proc = run_edgetrain(
         "train",
         "--model",
         "resnet8-w025",
