@@ -542,20 +542,16 @@ class PodRunner(threading.Thread):
             target.symlink_to(src)
             return
         target.mkdir(parents=True, exist_ok=True)
-        if "configMap" in vol:
-            ref = vol["configMap"]
-            data = self._source_bytes("configmaps", ref["name"], ref.get("optional", False))
-            self._write_items(target, data, ref.get("items"))
-        elif "secret" in vol:
-            ref = vol["secret"]
-            data = self._source_bytes("secrets", ref["secretName"], ref.get("optional", False))
-            self._write_items(target, data, ref.get("items"))
-        elif "downwardAPI" in vol:
-            self._downward_items(target, vol["downwardAPI"].get("items", []))
-        elif "projected" in vol:
+        if "projected" in vol:
             for source in vol["projected"].get("sources", []):
                 self._projected(target, source)
-        # emptyDir and anything else: an empty directory owned by the pod.
+        elif "secret" in vol:  # a secret volume names its source `secretName`, a projection `name`
+            ref = vol["secret"]
+            self._projected(target, {"secret": {**ref, "name": ref["secretName"]}})
+        else:
+            # configMap and downwardAPI volumes have the shape of a projected source; emptyDir
+            # and anything else stay an empty directory owned by the pod.
+            self._projected(target, vol)
 
     def _projected(self, target: Path, source: Obj) -> None:
         if "serviceAccountToken" in source:

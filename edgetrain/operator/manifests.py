@@ -58,6 +58,21 @@ def owner_reference(patj: Obj) -> Obj:
     }
 
 
+def owned_metadata(
+    patj: Obj, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None
+) -> Obj:
+    """Metadata of an object the job owns: in its namespace, garbage-collected with it."""
+    meta: Obj = {
+        "name": name,
+        "namespace": patj["metadata"]["namespace"],
+        "labels": labels,
+        "ownerReferences": [owner_reference(patj)],
+    }
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return meta
+
+
 def weights_identity(spec: PowerAwareTrainingJobSpec) -> str | None:
     """What identifies the starting weights without reading them (the operator never does)."""
     if spec.model.weights:
@@ -232,12 +247,7 @@ def estimate_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": patj["metadata"]["namespace"],
-            "labels": labels,
-            "ownerReferences": [owner_reference(patj)],
-        },
+        "metadata": owned_metadata(patj, name, labels),
         "spec": {
             "backoffLimit": 0,  # the operator retries, with its own back-off and limit
             "template": {"metadata": {"labels": labels}, "spec": pod},
@@ -323,12 +333,7 @@ def profile_daemonset(
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {
-            "name": name,
-            "namespace": patj["metadata"]["namespace"],
-            "labels": labels,
-            "ownerReferences": [owner_reference(patj)],
-        },
+        "metadata": owned_metadata(patj, name, labels),
         "spec": {
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": pod},
@@ -415,13 +420,7 @@ def train_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": patj["metadata"]["namespace"],
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(patj)],
-        },
+        "metadata": owned_metadata(patj, name, labels, annotations),
         "spec": {
             "backoffLimit": 0,
             "template": {
@@ -437,12 +436,9 @@ def progress_configmap(patj: Obj) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": progress_configmap_name(patj["metadata"]["name"]),
-            "namespace": patj["metadata"]["namespace"],
-            "labels": _common_labels(patj, "train"),
-            "ownerReferences": [owner_reference(patj)],
-        },
+        "metadata": owned_metadata(
+            patj, progress_configmap_name(patj["metadata"]["name"]), _common_labels(patj, "train")
+        ),
         "data": {},
     }
 

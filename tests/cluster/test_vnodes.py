@@ -161,6 +161,10 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
         "data": {"profile.csv": "batch_size,gpu_freq_hz\n64,460800000\n", "mode": "fast"},
     })
+    kube.create(api_path("v1", "secrets", namespace), {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+        "stringData": {"token": "s3cret"},
+    })
     script = (
         "import os, pathlib\n"
         "print(open('/etc/podinfo/labels').read())\n"
@@ -170,6 +174,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
         "      'FREQ=' + os.environ['FREQ'], 'CWD=' + os.path.basename(os.getcwd()))\n"
         "print('SYSFS=' + os.environ['EDGETRAIN_SYSFS_ROOT'])\n"
         "print('CSV=' + open(os.environ['PROFILE']).read().splitlines()[1])\n"
+        "print('TOKEN=' + open('/creds/token').read())\n"
     )
     kube.create(api_path("v1", "pods", namespace), {
         "apiVersion": "v1",
@@ -185,6 +190,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
                     {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
                 ]}},
                 {"name": "config", "configMap": {"name": "cfg"}},
+                {"name": "creds", "secret": {"secretName": "creds"}},
             ],
             "containers": [{
                 "name": "main", "image": "edgetrain:dev", "workingDir": "/workspace",
@@ -198,7 +204,8 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
                     {"name": "PROFILE", "value": "/config/profile.csv"},  # a mount path
                 ],
                 "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo"},
-                                 {"name": "config", "mountPath": "/config"}],
+                                 {"name": "config", "mountPath": "/config"},
+                                 {"name": "creds", "mountPath": "/creds"}],
             }],
         },
     })
@@ -212,6 +219,7 @@ def test_downward_api_configmap_env_and_workdir(vnodes: VNodeAgent, kube: KubeCl
     nano = next(n for n in vnodes.nodes if n.name == "vn-jetson-nano-0")
     assert f"SYSFS={nano.host_root}" in out
     assert "CSV=64,460800000" in out
+    assert "TOKEN=s3cret" in out
 
 
 def test_deletion_sends_sigterm_then_sigkill_after_grace(vnodes: VNodeAgent, kube: KubeClient,
