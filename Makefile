@@ -14,7 +14,7 @@ export EDGETRAIN_DATA_DIR := $(DATA_DIR)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[train,dev]'
 	@mkdir -p $(CACHE_DIR)
 	@touch $@
 
