@@ -50,8 +50,8 @@ def node_agent_command(
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:
     """Pin the GPU frequency for annotated pods, guard their power limit, export metrics."""
+    from edgetrain.kube import KubeClient, KubeconfigError
     from edgetrain.node_agent.agent import AgentConfig, NodeAgent
-    from edgetrain.node_agent.kube import connect
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -65,7 +65,11 @@ def node_agent_command(
         guard_window_s=guard_window_s, sample_interval_s=sample_interval_s, tick_s=tick_s,
         power_backend=power_backend, label_node=label_node,
     )
-    client = connect(kubeconfig, sa_dir)
+    try:
+        client = KubeClient.connect(kubeconfig, sa_dir=sa_dir)
+    except KubeconfigError as exc:
+        typer.echo(f"edgetrain node-agent: {exc}", err=True)
+        raise typer.Exit(2) from None
     agent = NodeAgent(config, client)
     try:
         agent.start()

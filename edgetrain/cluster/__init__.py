@@ -4,10 +4,10 @@ nodes that run pods as local processes over a device twin, and kwok idle nodes."
 from __future__ import annotations
 
 from edgetrain.cluster.binaries import K8S_VERSION, BinaryMissingError
-from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
 from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.process import ComponentError
 from edgetrain.cluster.vnode import VNodeAgent, VNodeSpec, container_log, node_specs
+from edgetrain.kube import KubeApiError, KubeClient, api_path
 
 __all__ = [
     "K8S_VERSION",

@@ -7,14 +7,14 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from edgetrain.cluster import binaries
-from edgetrain.cluster.client import KubeClient
 from edgetrain.cluster.kubeconfig import write_kubeconfig
 from edgetrain.cluster.pki import Pki, ensure_pki, write_atomic
 from edgetrain.cluster.process import (
@@ -25,6 +25,7 @@ from edgetrain.cluster.process import (
     pid_cmdline,
     rss_bytes,
 )
+from edgetrain.kube import KubeClient
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -49,7 +50,14 @@ def free_ports(count: int) -> list[int]:
 
 def _http_ok(url: str) -> bool:
     # Component health endpoints serve self-signed certs on loopback; only the status matters.
-    return httpx.get(url, verify=False, timeout=3.0).status_code == 200
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=3.0, context=ctx) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 @dataclass
@@ -247,6 +255,12 @@ class LocalCluster:
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
+            # kubectl logs: reach virtual nodes' kubelet endpoints on their own addresses,
+            # verify their serving certs and show them our client cert.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={pki.ca_crt}",
+            f"--kubelet-client-certificate={pki.client_crt('apiserver-kubelet-client')}",
+            f"--kubelet-client-key={pki.client_key('apiserver-kubelet-client')}",
             "--allow-privileged=true",
             # 127.0.0.1 is invalid in the `kubernetes` Endpoints; no reconciler, no failure.
             "--endpoint-reconciler-type=none",
@@ -311,7 +325,7 @@ class LocalCluster:
             f"--server-address={LOOPBACK}:{self.ports['kwok']}",
         ])
         url = f"http://{LOOPBACK}:{self.ports['kwok']}/healthz"
-        proc.wait_ready(lambda: httpx.get(url, timeout=3.0).status_code == 200, timeout_s,
+        proc.wait_ready(lambda: _http_ok(url), timeout_s,
                         "healthy (/healthz)")
 
 

@@ -6,8 +6,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edgetrain.cluster.boards import LABEL_NODE_KIND, LABEL_VIRTUAL
-from edgetrain.cluster.client import KubeApiError, KubeClient, Obj
 from edgetrain.cluster.vnode import node_ready
+from edgetrain.kube import KubeApiError, KubeClient, Obj
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 IDLE_SELECTOR = f"{LABEL_NODE_KIND}=idle"

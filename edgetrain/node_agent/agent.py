@@ -17,7 +17,6 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from edgetrain.cluster.client import KubeApiError, KubeClient, Obj, api_path
 from edgetrain.device import (
     DeviceError,
     GpuDevfreq,
@@ -28,6 +27,7 @@ from edgetrain.device import (
     select_power_sensor,
 )
 from edgetrain.device.devfreq import FrequencyRange
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 from edgetrain.node_agent import kube as k
 from edgetrain.node_agent.logic import (
     Desired,

@@ -1,54 +1,13 @@
-"""API-server access for the agent: in-cluster ServiceAccount credentials or a kubeconfig,
-plus the few writes it makes (Events, Node labels)."""
+"""The few writes the agent makes to the API server: Events and Node labels."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import uuid
-from pathlib import Path
 
-from edgetrain.cluster.client import KubeApiError, KubeClient, Obj, api_path
-from edgetrain.cluster.kubeconfig import KubeConfig, KubeconfigError
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-ENV_SERVICE_ACCOUNT_DIR = "EDGETRAIN_SA_DIR"  # same variable as the operator's workers
 COMPONENT = "edgetrain-node-agent"
-
-
-def in_cluster_config(sa_dir: Path | None = None) -> KubeConfig:
-    """KUBERNETES_SERVICE_HOST/PORT plus the mounted token and CA, as client-go does."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    base = sa_dir or Path(os.environ.get(ENV_SERVICE_ACCOUNT_DIR) or SERVICE_ACCOUNT_DIR)
-    token_file = base / "token"
-    if not host or not token_file.exists():
-        raise FileNotFoundError(
-            f"not in a cluster: KUBERNETES_SERVICE_HOST={host!r}, token {token_file} "
-            f"{'exists' if token_file.exists() else 'missing'}; pass --kubeconfig")
-    ca = base / "ca.crt"
-    ns_file = base / "namespace"
-    server_host = f"[{host}]" if ":" in host else host
-    return KubeConfig(
-        server=f"https://{server_host}:{port}",
-        ca_pem=ca.read_bytes() if ca.exists() else None,
-        token=token_file.read_text().strip(),
-        namespace=ns_file.read_text().strip() if ns_file.exists() else "default",
-        source=token_file,
-    )
-
-
-def connect(kubeconfig: Path | None, sa_dir: Path | None = None) -> KubeClient:
-    """A kubeconfig if given, else in-cluster credentials, else the default kubeconfig."""
-    if kubeconfig is not None:
-        return KubeClient.from_kubeconfig(kubeconfig)
-    try:
-        return KubeClient(in_cluster_config(sa_dir))
-    except FileNotFoundError as in_cluster:
-        try:
-            return KubeClient.from_kubeconfig(None)
-        except KubeconfigError as exc:
-            raise KubeconfigError(f"no API credentials: {in_cluster}; {exc}") from exc
 
 
 def _now() -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 
 from edgetrain.api.crd import CRD_NAME
-from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
+from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator.settings import OperatorSettings
-from edgetrain.operator.worker import in_cluster_client
 
 log = logging.getLogger("edgetrain.operator")
 
@@ -40,7 +39,7 @@ def run_operator(settings: OperatorSettings) -> None:
 
     import edgetrain.operator.handlers  # noqa: F401 - registers the handlers
 
-    with in_cluster_client() as client:
+    with KubeClient.connect() as client:
         crd = api_path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=CRD_NAME)
         if client.get_or_none(crd) is None:
             raise SystemExit(
@@ -49,7 +48,10 @@ def run_operator(settings: OperatorSettings) -> None:
             ensure_peering(client, settings.peering, settings.namespaces)
     log.info("edgetrain operator: namespaces=%s peering=%s",
              settings.namespaces or "all", settings.peering or "standalone")
+    health = (f"http://{settings.health_address}:{settings.health_port}/healthz"
+              if settings.health_port else None)
     kopf.run(
+        liveness_endpoint=health,
         standalone=settings.peering is None,
         peering_name=settings.peering,
         clusterwide=not settings.namespaces,

@@ -20,30 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
-from edgetrain.cluster.kubeconfig import KubeConfig
+from edgetrain.kube import KubeApiError, KubeClient, api_path
 
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 PROGRESS_KEY = "progress.json"
 RESULT_KEY = "result.json"
-
-
-def in_cluster_client(sa_dir: Path | None = None) -> KubeClient:
-    """Client from the pod's service account or, outside a pod, $KUBECONFIG."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    sa = sa_dir or Path(SA_DIR)
-    if host and (sa / "token").is_file():
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-        ca = sa / "ca.crt"
-        return KubeClient(
-            KubeConfig(
-                server=server,
-                ca_pem=ca.read_bytes() if ca.is_file() else None,
-                token=(sa / "token").read_text().strip(),
-            )
-        )
-    return KubeClient.from_kubeconfig()
 
 
 def upsert_configmap(
@@ -164,7 +144,7 @@ def run_worker(
     if carry_from is not None and carry_to is not None and carry_weights(carry_from, carry_to):
         # A re-plan changed the batch size: start the new segment from the last checkpoint.
         argv += ["--weights", str(carry_to)]
-    kube = client or (in_cluster_client(sa_dir) if (publish or progress) else None)
+    kube = client or (KubeClient.connect(sa_dir=sa_dir) if (publish or progress) else None)
     publisher = (
         ProgressPublisher(kube, namespace, progress, progress_interval_s)
         if kube is not None and progress

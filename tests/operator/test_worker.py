@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from edgetrain.cluster.client import KubeApiError
+from edgetrain.kube import KubeApiError
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, carry_weights, run_worker
 
 

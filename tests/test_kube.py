@@ -1,0 +1,92 @@
+"""Credentials through the official client: kubeconfig files (contexts, exec plugins) and
+in-cluster ServiceAccount files with token rotation. No cluster needed."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from edgetrain import kube
+from edgetrain.cluster.kubeconfig import write_kubeconfig
+from edgetrain.cluster.pki import ensure_pki
+from edgetrain.kube import KubeconfigError, load_configuration
+
+
+def _kubeconfig(path: Path, user: str, contexts: str = "[{name: c, context: {cluster: k, "
+                "user: u}}]") -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"contexts: {contexts}\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}, "
+        "{name: k2, cluster: {server: 'https://127.0.0.2:2'}}]\n"
+        f"users: [{{name: u, user: {user}}}]\n")
+    return path
+
+
+def test_kubeconfig_with_client_certificates(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    path = write_kubeconfig(tmp_path / "kc", server="https://127.0.0.1:6443", ca_crt=pki.ca_crt,
+                            client_crt=pki.client_crt("admin"),
+                            client_key=pki.client_key("admin"), user="admin")
+    cfg = load_configuration(path)
+    assert cfg.host == "https://127.0.0.1:6443"
+    assert Path(cfg.ssl_ca_cert).read_bytes() == pki.ca_crt.read_bytes()
+    assert Path(cfg.key_file).read_bytes() == pki.client_key("admin").read_bytes()
+
+
+def test_context_is_chosen_and_unknown_context_named(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path / "kc", "{token: t0}",
+                       "[{name: c, context: {cluster: k, user: u}}, "
+                       "{name: other, context: {cluster: k2, user: u}}]")
+    assert load_configuration(path).host == "https://127.0.0.1:1"
+    assert load_configuration(path, context="other").host == "https://127.0.0.2:2"
+    with pytest.raises(KubeconfigError, match=r"no context 'nope' \(known: c, other\)"):
+        load_configuration(path, context="nope")
+
+
+def test_exec_plugin_supplies_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        ) -> None:
+    plugin = tmp_path / "bin" / "fake-auth"
+    plugin.parent.mkdir()
+    cred = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+            "status": {"token": "from-plugin"}}
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(cred)}'\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{plugin.parent}:/usr/bin:/bin")
+    path = _kubeconfig(tmp_path / "kc", "{exec: {apiVersion: client.authentication.k8s.io/v1, "
+                                        "command: fake-auth}}")
+    assert load_configuration(path).get_api_key_with_prefix("BearerToken") == \
+        "Bearer from-plugin"
+
+
+def test_missing_exec_plugin_is_named(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path / "kc", "{exec: {apiVersion: client.authentication.k8s.io/v1, "
+                                        "command: aws-iam-authenticator-missing}}")
+    with pytest.raises(KubeconfigError, match="exec plugin 'aws-iam-authenticator-missing', "
+                                              "which is not on PATH"):
+        load_configuration(path)
+
+
+def test_unreadable_kubeconfig_says_so(tmp_path: Path) -> None:
+    with pytest.raises(KubeconfigError, match="cannot read kubeconfig"):
+        load_configuration(tmp_path / "absent")
+
+
+def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("first")
+    (sa / "ca.crt").write_bytes(ensure_pki(tmp_path / "pki").ca_crt.read_bytes())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.9")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    monkeypatch.setenv(kube.ENV_SERVICE_ACCOUNT_DIR, str(sa))
+    monkeypatch.setattr(kube, "TOKEN_REREAD_S", 0.0)
+    cfg = load_configuration()
+    assert cfg.host == "https://127.0.0.9:6443"
+    assert cfg.get_api_key_with_prefix("BearerToken") == "bearer first"
+    (sa / "token").write_text("second")  # the kubelet rotated it
+    assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
