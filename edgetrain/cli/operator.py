@@ -79,7 +79,8 @@ def operator_command(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per probe
     if verbose:
         logging.getLogger("edgetrain.operator.stats").setLevel(logging.DEBUG)
     from edgetrain.operator.runner import run_operator

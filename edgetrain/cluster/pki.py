@@ -31,6 +31,8 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "kube-controller-manager": ("system:kube-controller-manager", None),
     "kube-scheduler": ("system:kube-scheduler", None),
     "kwok": ("kwok-controller", "system:masters"),
+    # The API server's identity towards kubelets (logs): what virtual nodes check.
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 
 
@@ -124,6 +126,7 @@ def _issue(
     ca: bool = False,
     server: bool = False,
     client: bool = False,
+    sans: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -165,8 +168,9 @@ def _issue(
             usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
-        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVING_DNS_NAMES]
-        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
+        if sans is None:
+            sans = [x509.DNSName(n) for n in SERVING_DNS_NAMES]
+            sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
@@ -207,3 +211,21 @@ def ensure_pki(pki_dir: Path) -> Pki:
     # The CA goes last: complete() is then only true once everything it signed exists.
     _write_pair(pki.ca_crt, pki.ca_key, ca_cert, ca_key)
     return pki
+
+
+def issue_serving_pair(name: str, ips: list[str], ca: Pki | None) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) serving `name` and `ips`: signed by the cluster CA when
+    given (a kubelet's serving cert), else self-signed (a cluster whose CA we do not hold)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(name)]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    subject = _name(name, "system:nodes")
+    if ca is None:
+        cert = _issue(subject, key, subject, key, server=True, sans=sans)
+    else:
+        ca_cert = x509.load_pem_x509_certificate(ca.ca_crt.read_bytes())
+        ca_key = serialization.load_pem_private_key(ca.ca_key.read_bytes(), password=None)
+        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{ca.ca_key}: expected an ECDSA CA key")
+        cert = _issue(subject, key, ca_cert.subject, ca_key, server=True, sans=sans)
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)

@@ -116,11 +116,13 @@ class PathMap:
 
     def translate(self, text: str) -> str:
         """Rewrite mount paths occurring as path prefixes in `text` onto the pod root."""
-        for mount in self.mounts:
-            pattern = re.compile(r"(?<![\w./-])" + re.escape(mount) + r"(?=$|[/\s'\"`:;,)=])")
-            replacement = str(self.host(mount))
-            text = pattern.sub(lambda _m: replacement, text)  # noqa: B023 (used immediately)
-        return text
+        if not self.mounts:
+            return text
+        # One pass over all mounts (longest first): a rewritten path that starts with another
+        # mount's path (the pod root under /tmp, a /tmp emptyDir) must not be rewritten again.
+        pattern = re.compile(r"(?<![\w./-])(" + "|".join(map(re.escape, self.mounts))
+                             + r")(?=$|[/\s'\"`:;,)=])")
+        return pattern.sub(lambda m: str(self.host(m.group(1))), text)
 
 
 def resolve_command(

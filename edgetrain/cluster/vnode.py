@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import NodeProfile, profile
-from edgetrain.cluster.client import KubeApiError, KubeClient, Obj, api_path
-from edgetrain.cluster.pki import write_atomic
+from edgetrain.cluster.kubelet import AddressClaim, ContainerLog, KubeletServer, http_probe
+from edgetrain.cluster.pki import Pki, issue_serving_pair, write_atomic
 from edgetrain.cluster.podspec import (
     TERMINATION_LOG,
     PathMap,
@@ -37,6 +37,7 @@ from edgetrain.cluster.podspec import (
 )
 from edgetrain.cluster.process import die_with_parent, kill_group, log_tail
 from edgetrain.cluster.twin import Twin, TwinFactory, default_twin_factory
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 
 log = logging.getLogger("edgetrain.vnode")
 
@@ -47,6 +48,8 @@ STATUS_REPORT_S = 60.0
 POLL_S = 0.1
 TERMINATION_MESSAGE_MAX_BYTES = 4096
 FALLBACK_LOG_LINES = 80
+TOKEN_REFRESH_FRACTION = 0.8
+PROBE_PERIOD_MAX_S = 2.0
 # Env passed through from the agent: processes need a PATH and a HOME to work at all.
 PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
@@ -119,6 +122,8 @@ class _Container:
     next_start_s: float = 0.0  # monotonic time of the next (re)start
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
+    probe_ready: bool = True  # readinessProbe passed (True when there is none)
+    next_probe_s: float = 0.0
 
     @property
     def name(self) -> str:
@@ -143,7 +148,7 @@ class _Container:
             "name": self.name,
             "image": self.spec.get("image", ""),
             "imageID": image_id,
-            "ready": running and not self.init,
+            "ready": running and not self.init and self.probe_ready,
             "started": running,
             "restartCount": self.restart_count,
             "state": state,
@@ -180,6 +185,8 @@ class PodRunner(threading.Thread):
         self._start_time = now_rfc3339()
         self._phase = "Pending"
         self._finalized = False
+        # Projected ServiceAccount tokens: (file, audience, lifetime s, monotonic refresh time).
+        self._tokens: dict[Path, tuple[str | None, int, float]] = {}
 
     # --- control from the agent ---
 
@@ -258,6 +265,8 @@ class PodRunner(threading.Thread):
                 return
             for c in self.mains:
                 self._drive(c)
+                self._probe(c)
+            self._refresh_tokens()
             phase = self._phase_now()
             self._report(phase)
             if phase in ("Succeeded", "Failed"):
@@ -397,6 +406,34 @@ class PodRunner(threading.Thread):
         c.started_at = now_rfc3339()
         c.waiting_reason, c.waiting_message = "", ""
 
+    def container_log(self, container: str, previous: bool) -> ContainerLog | str:
+        """The current (or previous) run's log of one container, for `kubectl logs`."""
+        every = [*self.inits, *self.mains]
+        names = [c.name for c in every]
+        if not container:
+            if len(self.mains) != 1:
+                return (f"a container name must be specified for pod {self.pod_name}, "
+                        f"choose one of: {[c.name for c in self.mains]}")
+            container = self.mains[0].name
+        c = next((c for c in every if c.name == container), None)
+        if c is None:
+            return f"container {container!r} is not valid for pod {self.pod_name}: {names}"
+        run = c.restart_count - 1 if previous else c.restart_count
+        if c.proc is None and c.terminated is None and not previous:
+            run -= 1  # waiting to restart: the newest log is the last run's
+        path = self.log_dir / c.name / f"{run}.log"
+        if run < 0 or not path.exists():
+            return (f"previous terminated container {container!r} in pod {self.pod_name!r} "
+                    "not found" if previous else
+                    f"container {container!r} in pod {self.pod_name!r} is waiting to start")
+        current = not previous and run == c.restart_count
+
+        def running() -> bool:
+            proc = c.proc
+            return current and proc is not None and proc.poll() is None
+
+        return ContainerLog(path, running)
+
     @property
     def log_dir(self) -> Path:
         """Per-container logs: <container>/<restart>.log and <container>.log (newest)."""
@@ -435,7 +472,7 @@ class PodRunner(threading.Thread):
                 continue
             src = var.get("valueFrom", {})
             if "fieldRef" in src:
-                env[name] = field_ref(pod, src["fieldRef"]["fieldPath"], LOOPBACK)
+                env[name] = field_ref(pod, src["fieldRef"]["fieldPath"], self.node.address)
             elif "resourceFieldRef" in src:
                 ref = src["resourceFieldRef"]
                 target = next((c for c in [*self.inits, *self.mains]
@@ -516,7 +553,7 @@ class PodRunner(threading.Thread):
     def _downward_items(self, target: Path, items: Sequence[Obj]) -> None:
         for item in items:
             if "fieldRef" in item:
-                value = field_ref(self.pod, item["fieldRef"]["fieldPath"], LOOPBACK)
+                value = field_ref(self.pod, item["fieldRef"]["fieldPath"], self.node.address)
             else:
                 ref = item["resourceFieldRef"]
                 container = next((c.spec for c in self.mains
@@ -556,9 +593,13 @@ class PodRunner(threading.Thread):
     def _projected(self, target: Path, source: Obj) -> None:
         if "serviceAccountToken" in source:
             sat = source["serviceAccountToken"]
-            token = self._service_account_token(sat.get("audience"),
-                                                int(sat.get("expirationSeconds", 3600)))
+            audience = sat.get("audience")
+            lifetime_s = max(int(sat.get("expirationSeconds", 3600)), 600)
+            token = self._service_account_token(audience, lifetime_s)
             write_atomic(target / sat["path"], token.encode(), 0o600)
+            # The kubelet renews a token once it is 80 % through its life.
+            self._tokens[target / sat["path"]] = (
+                audience, lifetime_s, time.monotonic() + TOKEN_REFRESH_FRACTION * lifetime_s)
         elif "configMap" in source:
             ref = source["configMap"]
             data = self._source_bytes("configmaps", ref["name"], ref.get("optional", False))
@@ -569,6 +610,46 @@ class PodRunner(threading.Thread):
             self._write_items(target, data, ref.get("items"))
         elif "downwardAPI" in source:
             self._downward_items(target, source["downwardAPI"].get("items", []))
+
+    def _refresh_tokens(self) -> None:
+        """Renew projected tokens before they expire, as the kubelet does."""
+        now = time.monotonic()
+        for path, (audience, lifetime_s, due_s) in list(self._tokens.items()):
+            if now < due_s:
+                continue
+            try:
+                token = self._service_account_token(audience, lifetime_s)
+            except KubeApiError as exc:
+                log.warning("pod %s/%s: token refresh failed: %s", self.namespace,
+                            self.pod_name, exc)
+                self._tokens[path] = (audience, lifetime_s, now + 5.0)
+                continue
+            write_atomic(path, token.encode(), 0o600)
+            self._tokens[path] = (audience, lifetime_s, now + TOKEN_REFRESH_FRACTION * lifetime_s)
+
+    def _probe(self, c: _Container) -> None:
+        """Run a due httpGet readinessProbe (other probe kinds count as passing)."""
+        probe = (c.spec.get("readinessProbe") or {}).get("httpGet")
+        if probe is None or c.proc is None or c.proc.poll() is not None:
+            c.probe_ready = probe is None
+            return
+        now = time.monotonic()
+        if now < c.next_probe_s:
+            return
+        spec = c.spec["readinessProbe"]
+        port = probe.get("port")
+        if isinstance(port, str) and not port.isdigit():
+            port = next((p.get("containerPort") for p in c.spec.get("ports", [])
+                         if p.get("name") == port), None)
+        if port is None:
+            c.probe_ready = False
+        else:
+            c.probe_ready = http_probe(probe.get("host") or self.node.address, int(port),
+                                       str(probe.get("path", "/")),
+                                       str(probe.get("scheme", "HTTP")),
+                                       float(spec.get("timeoutSeconds", 1)))
+        # Probe at most every PROBE_PERIOD_MAX_S so `helm install --wait` does not idle.
+        c.next_probe_s = now + min(float(spec.get("periodSeconds", 10)), PROBE_PERIOD_MAX_S)
 
     def _service_account_token(self, audience: str | None, expiration_s: int) -> str:
         """A bound token for the pod's service account (TokenRequest API, like the kubelet)."""
@@ -664,7 +745,7 @@ class PodRunner(threading.Thread):
         self._conditions_set("PodReadyToStartContainers", True)
         self._conditions_set("Initialized", all(c.terminated is not None for c in self.inits),
                              "" if not self.inits else "ContainersNotInitialized")
-        ready = running and phase == "Running"
+        ready = running and phase == "Running" and all(c.probe_ready for c in self.mains)
         reason = "" if ready else ("PodCompleted" if phase in ("Succeeded", "Failed")
                                    else "ContainersNotReady")
         self._conditions_set("ContainersReady", ready, reason)
@@ -674,10 +755,11 @@ class PodRunner(threading.Thread):
     def _patch_status(self, phase: str, reason: str = "", message: str = "") -> None:
         status: Obj = {
             "phase": phase,
-            "hostIP": LOOPBACK,
-            "hostIPs": [{"ip": LOOPBACK}],
-            "podIP": LOOPBACK,
-            "podIPs": [{"ip": LOOPBACK}],
+            # Every pod shares its node's address, as host-network pods do.
+            "hostIP": self.node.address,
+            "hostIPs": [{"ip": self.node.address}],
+            "podIP": self.node.address,
+            "podIPs": [{"ip": self.node.address}],
             "startTime": self._start_time,
             "message": message or f"vnode logs: {self.log_dir}",
             "conditions": list(self._conditions.values()),
@@ -718,6 +800,13 @@ class VirtualNode:
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self.uid: str = ""
+        self._claim: AddressClaim | None = None
+        self.kubelet: KubeletServer | None = None
+
+    @property
+    def address(self) -> str:
+        """The node's own loopback address (InternalIP, host and pod IP of its pods)."""
+        return self._claim.address if self._claim is not None else LOOPBACK
 
     @property
     def host_root(self) -> Path:
@@ -732,6 +821,12 @@ class VirtualNode:
             self.twin = self.agent.twin_factory(self.spec.profile.board, self.dir / "twin")
         else:
             (self.dir / "host").mkdir(parents=True, exist_ok=True)
+        self._claim = AddressClaim()
+        cert, key = issue_serving_pair(self.name, [self.address], self.agent.cluster_ca)
+        self.kubelet = KubeletServer(
+            self.address, cert, key,
+            self.agent.cluster_ca.ca_crt if self.agent.cluster_ca is not None else None,
+            self.find_log).start()
         self.register()
         self.renew_lease()
         self._watcher = threading.Thread(target=self._watch_pods, name=f"watch-{self.name}",
@@ -772,9 +867,10 @@ class VirtualNode:
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok"),
                 cond("Ready", "True", "KubeletReady", "edgetrain virtual node is posting ready"),
             ],
-            "addresses": [{"type": "InternalIP", "address": LOOPBACK},
+            "addresses": [{"type": "InternalIP", "address": self.address},
                           {"type": "Hostname", "address": self.name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {
+                "Port": self.kubelet.port if self.kubelet is not None else 0}},
             "nodeInfo": {
                 "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, self.name).hex,
                 "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, self.name)),
@@ -871,6 +967,30 @@ class VirtualNode:
             self.runners[uid] = runner
         runner.start()
 
+    def find_log(self, namespace: str, pod: str, container: str, previous: bool,
+                 ) -> ContainerLog | str:
+        """A container's log for the kubelet endpoint (running or finished pods)."""
+        with self._lock:
+            runner = next((r for r in self.runners.values()
+                           if r.namespace == namespace and r.pod_name == pod), None)
+        if runner is not None:
+            return runner.container_log(container, previous)
+        dirs = sorted((self.dir / "pods").glob(f"{namespace}_{pod}_*"),
+                      key=lambda d: d.stat().st_mtime)
+        if not dirs:
+            return f"pod {namespace}/{pod} has not run on node {self.name}"
+        logs = dirs[-1] / "logs"
+        names = sorted(p.stem for p in logs.glob("*.log"))
+        name = container or (names[0] if len(names) == 1 else "")
+        if not name:
+            return (f"a container name must be specified for pod {pod}, choose one of: "
+                    f"{names}")
+        runs = sorted((logs / name).glob("*.log"), key=lambda p: int(p.stem))
+        if len(runs) < (2 if previous else 1):
+            return f"previous terminated container {name!r} in pod {pod!r} not found" \
+                if previous else f"container {name!r} in pod {pod!r} has no log"
+        return ContainerLog(runs[-2] if previous else runs[-1], lambda: False)
+
     def forget(self, uid: str) -> None:
         """A runner ended."""
         with self._lock:
@@ -888,6 +1008,10 @@ class VirtualNode:
         if self.twin is not None:
             with contextlib.suppress(Exception):
                 self.twin.close()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        if self._claim is not None:
+            self._claim.release()
         if delete_node:
             with contextlib.suppress(Exception):
                 self.agent.client.delete_ignore_missing(api_path("v1", "nodes", name=self.name))
@@ -913,6 +1037,9 @@ class VNodeAgent:
     restart_backoff_s: float = 10.0  # kubelet: 10 s doubling up to 5 min
     max_backoff_s: float = 300.0
     delete_nodes_on_stop: bool = True
+    # The cluster's CA: kubelet serving certs are signed with it and only API-server client
+    # certs it signed may read logs. None (a foreign cluster): self-signed, any TLS client.
+    cluster_ca: Pki | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     nodes: list[VirtualNode] = field(default_factory=list)
     finished: set[str] = field(default_factory=set)
@@ -923,12 +1050,12 @@ class VNodeAgent:
     @property
     def api_host(self) -> str:
         """Host of the API server (for KUBERNETES_SERVICE_HOST in pods)."""
-        return urlparse(self.client.config.server).hostname or LOOPBACK
+        return urlparse(self.client.server).hostname or LOOPBACK
 
     @property
     def api_port(self) -> int:
         """Port of the API server."""
-        return urlparse(self.client.config.server).port or 443
+        return urlparse(self.client.server).port or 443
 
     def start(self) -> VNodeAgent:
         """Register every node and start heartbeats and pod watches."""

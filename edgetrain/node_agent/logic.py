@@ -8,11 +8,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-ANNOTATION_FREQ = "edgetrain.io/gpu-frequency-hz"
-ANNOTATION_POWER_LIMIT = "edgetrain.io/power-limit-watts"
-# Written by the trainer or the operator while a job trains; exported as gauges.
-ANNOTATION_TRAINING_SAMPLES = "edgetrain.io/training-samples"
-ANNOTATION_TRAINING_ACCURACY = "edgetrain.io/training-accuracy"
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCY_HZ,
+    ANNOTATION_POWER_LIMIT_WATTS,
+    ANNOTATION_TRAINING_ACCURACY,
+    ANNOTATION_TRAINING_SAMPLES,
+)
+
+ANNOTATION_FREQ = ANNOTATION_GPU_FREQUENCY_HZ
+ANNOTATION_POWER_LIMIT = ANNOTATION_POWER_LIMIT_WATTS
 JOB_LABELS = ("edgetrain.io/job", "batch.kubernetes.io/job-name", "job-name")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -16,9 +16,9 @@ import kopf
 
 from edgetrain.api.crd import GROUP, PLURAL, VERSION
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
+from edgetrain.kube import KubeClient, load_configuration
 from edgetrain.operator.reconcile import Reconciler
 from edgetrain.operator.settings import OperatorSettings, load_settings
-from edgetrain.operator.worker import in_cluster_client
 
 SETTINGS: OperatorSettings = load_settings()
 stats_log = logging.getLogger("edgetrain.operator.stats")
@@ -49,8 +49,36 @@ def reconciler() -> Reconciler:
     global _reconciler
     with _lock:
         if _reconciler is None:
-            _reconciler = Reconciler(in_cluster_client(), SETTINGS)
+            _reconciler = Reconciler(KubeClient.connect(), SETTINGS)
         return _reconciler
+
+
+class _QuietPolls(logging.Filter):
+    """Drop kopf's "Timer 'poll' succeeded." lines: one per job every poll interval would bury
+    the transitions in `kubectl logs`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timer 'poll' succeeded")
+
+
+logging.getLogger("kopf.objects").addFilter(_QuietPolls())
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same loader as every other client (kopf asks again on a
+    401, so a rotated ServiceAccount token is picked up)."""
+    cfg = load_configuration()
+    scheme, _sep, token = str(cfg.get_api_key_with_prefix("BearerToken") or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme.capitalize() if token else None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
 
 
 @kopf.on.startup()

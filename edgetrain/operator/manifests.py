@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, profile_cache_key
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, ANNOTATION_POWER_LIMIT_WATTS
 from edgetrain.operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -17,13 +18,13 @@ LABEL_JOB = "edgetrain.io/job"
 LABEL_PHASE = "edgetrain.io/phase"
 LABEL_CACHE = "edgetrain.io/cache"
 LABEL_CACHE_KEY = "edgetrain.io/cache-key"
+ANNOTATION_FREQ = ANNOTATION_GPU_FREQUENCY_HZ
+ANNOTATION_LIMIT = ANNOTATION_POWER_LIMIT_WATTS
 LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
 LABEL_L4T = "edgetrain.io/l4t"
 LABEL_MODEL = "edgetrain.io/model"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"
-ANNOTATION_FREQ = "edgetrain.io/gpu-frequency-hz"
-ANNOTATION_LIMIT = "edgetrain.io/power-limit-watts"
 ANNOTATION_INJECT = "edgetrain.io/inject-failures"
 WORK = "/work"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

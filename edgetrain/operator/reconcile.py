@@ -25,8 +25,9 @@ from edgetrain.api.job_status import (
     SelectionStatus,
     TrainingStatus,
 )
+from edgetrain.api.keys import ANNOTATION_TRAINING_ACCURACY, ANNOTATION_TRAINING_SAMPLES
 from edgetrain.api.profile import parse_profile_csv
-from edgetrain.cluster.client import KubeApiError, KubeClient, api_path
+from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
 from edgetrain.operator.settings import OperatorSettings
@@ -412,6 +413,21 @@ class Reconciler:
         if "reached_target" in event:
             training.reached_target = bool(event["reached_target"])
 
+    def _annotate_progress(self, ns: str, pod: Obj, training: TrainingStatus) -> None:
+        """Progress on the training pod, where the node agent exports it for the dashboards."""
+        want = {ANNOTATION_TRAINING_SAMPLES: str(training.samples)}
+        if training.accuracy is not None:
+            want[ANNOTATION_TRAINING_ACCURACY] = f"{training.accuracy:.4f}"
+        have = pod["metadata"].get("annotations") or {}
+        if all(have.get(k) == v for k, v in want.items()):
+            return
+        try:
+            self.kube.patch(api_path("v1", "pods", ns, pod["metadata"]["name"]),
+                            {"metadata": {"annotations": want}}, "merge")
+        except KubeApiError as exc:  # progress on the dashboard is not worth failing a job
+            log.warning("%s/%s: progress annotation not written: %s", ns,
+                        pod["metadata"]["name"], exc)
+
     def _stop_training(self, ns: str, training: TrainingStatus, progress: dict[str, Any] | None,
                        new_batch: int | None) -> None:
         if training.job:
@@ -486,11 +502,13 @@ class Reconciler:
             training.job = None  # deleted under us: start it again (resumes from the checkpoint)
             return
         pods = self._pods(ns, f"job-name={training.job}")
-        if pods:
-            training.pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[
-                "metadata"]["name"]
+        newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+        if newest is not None:
+            training.pod = newest["metadata"]["name"]
         if progress is not None:
             self._apply_progress(training, progress)
+            if newest is not None:
+                self._annotate_progress(ns, newest, training)
         outcome = ph.job_outcome(job, pods)
         if outcome.state == "running":
             return

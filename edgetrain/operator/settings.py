@@ -63,6 +63,12 @@ class OperatorSettings(BaseModel):
     progress_interval_s: Annotated[float, Field(gt=0)] = Field(
         default=1.0, description="how often a training pod publishes its progress"
     )
+    health_address: str = Field(
+        default="127.0.0.1", description="listen address of kopf's /healthz (chart: the pod IP)"
+    )
+    health_port: Annotated[int, Field(ge=0, le=65535)] = Field(
+        default=0, description="port of kopf's /healthz for the pod's probes; 0: no endpoint"
+    )
 
 
 _LISTS = {"namespaces"}

@@ -43,7 +43,8 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 
 
 @pytest.fixture(scope="session")
-def vnodes(kube: KubeClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VNodeAgent]:
+def vnodes(cluster: LocalCluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory,
+           ) -> Iterator[VNodeAgent]:
     """Virtual Jetson nodes and a virtual GPU server, Ready, running their pods locally."""
     agent = VNodeAgent(
         kube,
@@ -51,6 +52,7 @@ def vnodes(kube: KubeClient, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         tmp_path_factory.mktemp("vnodes"),
         restart_backoff_s=0.5,  # keep restart tests quick; the kubelet uses 10 s
         max_backoff_s=2.0,
+        cluster_ca=cluster.pki,
     )
     agent.start()
     try:

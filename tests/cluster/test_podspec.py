@@ -110,3 +110,15 @@ def test_board_counts_and_profiles() -> None:
     assert labels["edgetrain.io/l4t"] == "32.7.1"
     assert labels["kubernetes.io/arch"] == "arm64"
     assert nano.annotations()["edgetrain.io/gpu-frequencies-hz"].startswith("76800000,")
+
+
+def test_path_map_rewrites_once_when_the_pod_root_is_under_a_mount() -> None:
+    """The pod root lives under /tmp and the container mounts an emptyDir at /tmp: a rewritten
+    path must not be rewritten again (the in-cluster operator once got a doubled path)."""
+    root = Path("/tmp/vnodes/n/pods/p/root")
+    container = {"volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                  {"name": "sa", "mountPath": "/var/run/secrets/sa"}]}
+    paths = PathMap.for_container(root, container)
+    assert paths.translate("/var/run/secrets/sa") == f"{root}/var/run/secrets/sa"
+    assert paths.translate("/tmp/x /var/run/secrets/sa/token") == (
+        f"{root}/tmp/x {root}/var/run/secrets/sa/token")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,9 +126,7 @@ def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespa
          "--set-json", "agent.guard.windowSeconds=1",
          "--set-json", "agent.tickSeconds=0.2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
-         # The operator's RBAC is installed and checked below; its pod is not started here:
-         # kopf logs in from the fixed in-pod token path, which a virtual node cannot provide.
-         "--set", "operator.replicas=0",
+         # The operator runs in-cluster too (a job through it: test_end_to_end.py).
          "--set", f"operator.settings.namespaces={{{namespace}}}",
          kubeconfig=cluster.kubeconfig)
     try:
@@ -140,9 +139,9 @@ def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespa
                    30, "release pods gone")
 
 
-def ready(port: int) -> bool:
+def ready(address: str, port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        return httpx.get(f"http://{address}:{port}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -166,12 +165,14 @@ def test_install_runs_the_agent_with_its_service_account(
     assert [p["spec"]["nodeName"] for p in pods] == [NODE]
     agent_pod = pods[0]
     assert agent_pod["spec"]["serviceAccountName"] == "et-edgetrain-node-agent"
+    address = next(n for n in vnodes.nodes if n.name == NODE).address
+    assert agent_pod["status"]["podIP"] == address  # its node's own address
     try:
-        wait_until(lambda: ready(port), 30, "agent ready")
+        wait_until(lambda: ready(address, port), 30, "agent ready")
     except TimeoutError:
         pod = kube.get(api_path("v1", "pods", ns, agent_pod["metadata"]["name"]))
         raise AssertionError(container_log(pod, "node-agent").read_text()[-3000:]) from None
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    text = httpx.get(f"http://{address}:{port}/metrics").text
     assert f'edgetrain_node_info{{device_model="jetson-nano",l4t="32.7.1",node="{NODE}"' in text
     # It patched its Node with the ServiceAccount token (the virtual node never sets this).
     node = kube.get(api_path("v1", "nodes", name=NODE))
@@ -203,3 +204,22 @@ def test_install_runs_the_agent_with_its_service_account(
         assert can_i(cluster, osa, verb, res), (verb, res)
     assert not can_i(cluster, osa, "get", "secrets")
     assert not can_i(cluster, osa, "patch", "nodes")
+
+
+def test_schema_rejects_an_image_that_cannot_be_pulled() -> None:
+    out = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+               "--set", "operator.image.repository=Bad Repo", check=False)
+    assert out.returncode != 0 and "/operator/image/repository" in out.stderr
+
+
+def test_a_node_selector_matching_no_node_fails_the_install(
+        cluster: LocalCluster, vnodes: VNodeAgent, namespace: str) -> None:
+    out = helm("install", "nomatch", str(CHART), "-n", namespace, "--dry-run=server",
+               "--set-json", 'agent.nodeSelector={"edgetrain.io/device-model":"jetson-nanoo"}',
+               kubeconfig=cluster.kubeconfig, check=False)
+    assert out.returncode != 0
+    assert re.search(r'agent.nodeSelector \{[^}]*"jetson-nanoo"[^}]*\} matches no Node',
+                     out.stderr), out.stderr
+    ok = helm("install", "match", str(CHART), "-n", namespace, "--dry-run=server",
+              kubeconfig=cluster.kubeconfig, check=False)
+    assert ok.returncode == 0, ok.stderr

@@ -1,119 +1,162 @@
-"""One PowerAwareTrainingJob end to end with the chart's identities: the operator runs with its
-ServiceAccount token (kubeconfig holding only that token), the node agent runs from the chart's
-DaemonSet with its own token, and the agent pins the training pod's planned frequency."""
+"""One PowerAwareTrainingJob through the chart as users install it: the operator runs in-cluster
+(the chart's Deployment, its own ServiceAccount token), the node agent from the chart's
+DaemonSet pins the training pod's planned frequency, and a real Prometheus that discovers the
+agent's pod through the API server scrapes it as its node and shows the job's training progress
+on the dashboard's progress panels.
+
+Debian's Prometheus is built without `kubernetes_sd_configs`, so discovery is done here the way
+it would do it, from the same pod fields and annotations (`prometheus.io/scrape|port`, podIP,
+nodeName), into a `file_sd_configs` file."""
 
 from __future__ import annotations
 
-import os
-import signal
+import contextlib
+import json
+import shutil
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import yaml
 
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, container_log
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
-from tests.node_agent.helpers import events, sample_value, wait_until
+from tests.node_agent.helpers import events, wait_until
 from tests.observability.test_chart import CHART, NODE, helm
+from tests.observability.test_prometheus import dashboard_queries, expand, run_prometheus
 
 pytestmark = [pytest.mark.slow]
+PROGRESS_PANELS = ("Training progress (samples)", "Validation accuracy")
 
 
-def token_kubeconfig(cluster: LocalCluster, kube: KubeClient, ns: str, sa: str,
-                     path: Path) -> Path:
-    """A kubeconfig whose only credential is a bound token of `sa` (TokenRequest API)."""
-    token = kube.create(api_path("v1", "serviceaccounts", ns, sa, "token"), {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}})["status"]["token"]
-    doc = yaml.safe_load(cluster.kubeconfig.read_text())
-    doc["users"] = [{"name": sa, "user": {"token": token}}]
-    doc["contexts"][0]["context"]["user"] = sa
-    path.write_text(yaml.safe_dump(doc))
-    path.chmod(0o600)
-    return path
+def diagnose(kube: KubeClient, ns: str) -> str:
+    """Pods, their states and log tails: what a user would look at with kubectl."""
+    out = []
+    for pod in kube.get(api_path("v1", "pods", ns))["items"]:
+        meta, st = pod["metadata"], pod.get("status", {})
+        out.append(f"pod {meta['name']} on {pod['spec'].get('nodeName')}: {st.get('phase')} "
+                   f"{json.dumps(st.get('containerStatuses', []))[:600]}")
+        with contextlib.suppress(Exception):
+            for c in pod["spec"]["containers"]:
+                out.append(container_log(pod, c["name"]).read_text()[-1500:])
+    return "\n".join(out)
 
 
-def test_one_job_with_operator_and_agent_service_accounts(
-        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str,
-        tmp_path: Path) -> None:
-    from tests.operator.conftest import job_manifest, patj_path
+def discover(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    """file_sd target groups for the pods that ask to be scraped (kubernetes_sd's pod role)."""
+    groups = []
+    for pod in kube.get(api_path("v1", "pods", namespace))["items"]:
+        notes = pod["metadata"].get("annotations") or {}
+        ip = pod.get("status", {}).get("podIP")
+        if notes.get("prometheus.io/scrape") == "true" and ip:
+            groups.append({"targets": [f"{ip}:{notes['prometheus.io/port']}"],
+                           "labels": {"kubernetes_node": pod["spec"]["nodeName"],
+                                      "kubernetes_pod": pod["metadata"]["name"]}})
+    return groups
 
+
+def start_prometheus(kube: KubeClient, namespace: str, tmp: Path,
+                     ) -> tuple[subprocess.Popen[bytes], str]:
+    """Prometheus scraping the pods discovered in `namespace`."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run `make prometheus` (Debian package)")
+    groups = discover(kube, namespace)
+    assert groups, "no pod asks to be scraped"
+    (tmp / "targets.json").write_text(json.dumps(groups))
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "scrape_timeout": "900ms"},
+        "scrape_configs": [{
+            "job_name": "edgetrain-node-agent",
+            "file_sd_configs": [{"files": [str(tmp / "targets.json")]}],
+        }],
+    }
+    return run_prometheus(binary, config, tmp)
+
+
+@pytest.fixture
+def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str,
+            ) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
-    helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "120s",
+    helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
          "--set", f"agent.metrics.port={port}", "--set-json", "agent.guard.windowSeconds=2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
-         "--set", "operator.replicas=0", kubeconfig=cluster.kubeconfig)
+         "--set", f"operator.settings.namespaces={{{namespace}}}",
+         "--set-json", "operator.settings.pollIntervalSeconds=1",
+         "--set-json", "operator.settings.retryBackoffSeconds=1",
+         "--set-json", "operator.settings.progressIntervalSeconds=0.5",
+         "--set-json", 'operator.extraEnv=[{"name":"EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S",'
+                       '"value":"0.3"}]',
+         kubeconfig=cluster.kubeconfig)
+    try:
+        yield {"namespace": namespace, "port": port}
+    finally:
+        helm("uninstall", "e2e", "-n", namespace, "--wait", "--timeout", "60s",
+             kubeconfig=cluster.kubeconfig, check=False)
+
+
+def test_one_job_in_cluster_with_dashboards(
+        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
+        release: dict[str, Any], tmp_path: Path) -> None:
+    from tests.operator.conftest import job_manifest, patj_path
+
+    ns = release["namespace"]
+    (op_pod,) = kube.get(api_path("v1", "pods", ns),
+                         labelSelector="app.kubernetes.io/component=operator")["items"]
+    assert op_pod["spec"]["serviceAccountName"] == "e2e-edgetrain-operator"
     nano = next(n for n in vnodes.nodes if n.name == NODE)
     dev = GpuDevfreq.discover(nano.host_root)
     before = dev.current_range()
-    kc = token_kubeconfig(cluster, kube, namespace, "e2e-edgetrain-operator",
-                          tmp_path / "operator.kubeconfig")
-    log = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(kc),
-           "EDGETRAIN_OPERATOR_NAMESPACES": namespace,
-           "EDGETRAIN_OPERATOR_POLL_INTERVAL_S": "1",
-           "EDGETRAIN_OPERATOR_RETRY_BACKOFF_S": "1",
-           "EDGETRAIN_OPERATOR_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-           "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S": "0.3",
-           "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5"}
-    with log.open("wb") as out:
-        op = subprocess.Popen([sys.executable, "-m", "edgetrain", "operator"], stdout=out,
-                              stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    prom, url = start_prometheus(kube, ns, tmp_path)
     try:
-        wait_until(lambda: op.poll() is not None
-                   or "Initial authentication has finished" in log.read_text(), 60,
-                   "operator logged in")
-        assert op.poll() is None, log.read_text()[-3000:]
-        kube.create(patj_path(namespace), job_manifest("e2e"))
+        started_s = time.time()
+        kube.create(patj_path(ns), job_manifest(
+            "e2e", targetAccuracy=0.8,
+            budget={"estimateSamples": 6000, "trainSamples": 12000,
+                    "evalIntervalSamples": 256}))
         try:
-            obj = kube.wait_for(patj_path(namespace, "e2e"),
+            obj = kube.wait_for(patj_path(ns, "e2e"),
                                 lambda o: o.get("status", {}).get("phase") in
-                                ("Succeeded", "Failed"), timeout_s=420, interval_s=1.0,
+                                ("Succeeded", "Failed"), timeout_s=480, interval_s=1.0,
                                 what="job done")
         except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+            raise AssertionError(f"{exc}\n{diagnose(kube, ns)}") from None
         status: dict[str, Any] = obj["status"]
-        assert status["phase"] == "Succeeded", (status, log.read_text()[-3000:])
+        assert status["phase"] == "Succeeded", status
+        # The chart's agent pinned the planned frequency, and restored the range after.
         freq = int(status["selection"]["gpuFrequencyHz"])
-        pinned = [e for e in events(kube, namespace, "GpuFrequencyPinned")
+        pinned = [e for e in events(kube, ns, "GpuFrequencyPinned")
                   if e["source"]["component"] == "edgetrain-node-agent"]
-        assert pinned, "the chart's agent never pinned the training pod"
-        assert f"{freq / 1e6:g} MHz" in pinned[0]["message"]
-        pod = kube.get(api_path("v1", "pods", namespace, pinned[0]["involvedObject"]["name"]))
-        assert pod["metadata"]["annotations"]["edgetrain.io/gpu-frequency-hz"] == str(freq)
-        text = wait_until(lambda: (t := _metrics(port)) and t, 10, "metrics")
-        energy = sample_value(text, "edgetrain_pod_energy_joules_total",
-                              pod=pod["metadata"]["name"])
-        assert energy is not None and energy > 0
+        assert pinned and f"{freq / 1e6:g} MHz" in pinned[0]["message"]
         wait_until(lambda: dev.current_range() == before, 30, "range restored after the job")
-        forbidden = [line for line in log.read_text().splitlines() if "403" in line
-                     or "Forbidden" in line]
-        assert not forbidden, forbidden[:5]
-        sel = status["selection"]
-        print(f"\njob e2e: b={sel['batchSize']} at {freq / 1e6:g} MHz on {sel['node']}, "
-              f"planned {sel['powerWatts']} W; agent pinned it; board energy while pinned "
-              f"{energy:.1f} J (simulated)")
+        # Prometheus found the agent through the API server, at its node's own address.
+        targets = httpx.get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]
+        assert [(t["labels"]["instance"], t["labels"]["kubernetes_node"]) for t in targets] \
+            == [(f"{nano.address}:{release['port']}", NODE)]
+        # The progress panels showed this job while it trained.
+        job = "e2e"  # training_job: the PowerAwareTrainingJob (label edgetrain.io/job)
+        for _dash, title, expr in dashboard_queries():
+            if title not in PROGRESS_PANELS:
+                continue
+            resp = httpx.get(f"{url}/api/v1/query_range", params={
+                "query": expand(expr), "start": started_s, "end": time.time(), "step": "1s"},
+                timeout=10).json()
+            series = {r["metric"].get("training_job"): [float(v) for _, v in r["values"]]
+                      for r in resp["data"]["result"]}
+            assert job in series, (title, series)
+            assert max(series[job]) > 0, (title, series[job])
+        samples = max(float(v) for r in httpx.get(f"{url}/api/v1/query_range", params={
+            "query": "max(edgetrain_training_samples)", "start": started_s,
+            "end": time.time(), "step": "1s"}).json()["data"]["result"] for _, v in r["values"])
+        assert 0 < samples <= status["training"]["samples"]
+        print(f"\njob e2e in-cluster: b={status['selection']['batchSize']} at "
+              f"{freq / 1e6:g} MHz; progress seen by Prometheus up to {samples:.0f} of "
+              f"{status['training']['samples']} samples (simulated device)")
     finally:
-        if op.poll() is None:
-            op.send_signal(signal.SIGTERM)
-            try:
-                op.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                op.kill()
-        helm("uninstall", "e2e", "-n", namespace, "--wait", "--timeout", "60s",
-             kubeconfig=cluster.kubeconfig, check=False)
-        time.sleep(0.5)
-
-
-def _metrics(port: int) -> str:
-    import httpx
-
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    except httpx.HTTPError:
-        return ""
+        prom.kill()
+        prom.wait(timeout=10)

@@ -98,7 +98,6 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
 def prometheus(prometheus_bin: str, fleet: dict[str, Any],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("prometheus")
-    port = free_ports(1)[0]
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
                    "scrape_timeout": "900ms"},
@@ -107,13 +106,25 @@ def prometheus(prometheus_bin: str, fleet: dict[str, Any],
             "static_configs": [{"targets": [f"127.0.0.1:{a.port}" for a in fleet["agents"]]}],
         }],
     }
+    proc, url = run_prometheus(prometheus_bin, config, tmp)
+    try:
+        yield url
+    finally:
+        proc.kill()  # throwaway TSDB: no need for a clean shutdown
+        proc.wait(timeout=10)
+
+
+def run_prometheus(binary: str, config: dict[str, Any], tmp: Path,
+                   ) -> tuple[subprocess.Popen[bytes], str]:
+    """A Prometheus on a free loopback port with `config`, once it is ready."""
+    port = free_ports(1)[0]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=1h", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with (tmp / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+             "--storage.tsdb.retention.time=1h", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -126,11 +137,10 @@ def prometheus(prometheus_bin: str, fleet: dict[str, Any],
 
     try:
         wait_until(ready, 60, "prometheus ready", interval_s=0.25)
-        yield url
-    finally:
-        proc.kill()  # throwaway TSDB: no need for a clean shutdown
-        proc.wait(timeout=10)
-        log.close()
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:

@@ -52,3 +52,26 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/*
+Fail when a node selector matches no Node of the cluster (only where the cluster can be read:
+`helm template` and --dry-run see no Nodes and skip the check). A selector that matches nothing
+would leave a DaemonSet with zero pods and a Deployment Pending, with no error anywhere.
+*/}}
+{{- define "edgetrain.checkSelector" -}}
+{{- $nodes := lookup "v1" "Node" "" "" -}}
+{{- if and $nodes .selector -}}
+{{- $found := false -}}
+{{- range $nodes.items -}}
+{{- $labels := .metadata.labels | default dict -}}
+{{- $ok := true -}}
+{{- range $k, $v := $.selector -}}
+{{- if ne (get $labels $k | toString) ($v | toString) -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- if $ok -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "%s %s matches no Node in this cluster, so nothing would be scheduled: label the nodes it should select (kubectl label node NAME KEY=VALUE) or change %s" .what (toJson .selector) .what) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
