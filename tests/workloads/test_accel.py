@@ -1,0 +1,224 @@
+"""--device and --precision: one resolver, clear errors, nothing half-written, portable files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from edgetrain.api.training import Precision
+from edgetrain.workloads.accel import DeviceChoiceError, parse_precision, resolve, resolve_device
+from edgetrain.workloads.progress import Reporter
+from edgetrain.workloads.train import CHECKPOINT_NAME, TrainSpec, load_checkpoint, train
+from tests.helpers import run_edgetrain
+
+NO_CUDA = not torch.cuda.is_available()
+needs_no_cuda = pytest.mark.skipif(not NO_CUDA, reason="checks the error on a CUDA-less machine")
+
+TRAIN = [
+    "train",
+    "--model",
+    "resnet8-w025",
+    "--dataset",
+    "digits",
+    "--batch-size",
+    "32",
+    "--target-accuracy",
+    "0.99",
+    "--sample-budget",
+    "128",
+    "--eval-interval",
+    "128",
+    "--eval-samples",
+    "64",
+    "--json-progress",
+]
+
+
+def test_resolver_accepts_cpu_and_auto() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve("cpu", "bf16").precision is Precision.bf16
+
+
+@pytest.mark.parametrize("text", ["tpu", "cuda:x", "gpu", "cuda0", ""])
+def test_resolver_rejects_unknown_devices(text: str) -> None:
+    with pytest.raises(DeviceChoiceError, match="--device"):
+        resolve_device(text)
+
+
+@needs_no_cuda
+def test_cuda_without_cuda_says_so() -> None:
+    with pytest.raises(DeviceChoiceError, match="no CUDA device on this machine"):
+        resolve_device("cuda:0")
+
+
+def test_precision_choices() -> None:
+    assert parse_precision("BF16") is Precision.bf16
+    with pytest.raises(DeviceChoiceError, match="fp32, fp16 or bf16"):
+        parse_precision("fp8")
+    with pytest.raises(DeviceChoiceError, match="fp16 needs a CUDA device"):
+        resolve("cpu", "fp16")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+        (["--precision", "fp8"], "--precision must be fp32, fp16 or bf16"),
+        (["--device", "cpu", "--precision", "fp16"], "fp16 needs a CUDA device"),
+        pytest.param(["--device", "cuda"], "no CUDA device", marks=needs_no_cuda),
+        pytest.param(
+            ["--device", "cuda:7"],
+            "--device cuda:7",
+            marks=pytest.mark.skipif(
+                torch.cuda.device_count() > 7, reason="this machine has a cuda:7"
+            ),
+        ),
+    ],
+)
+def test_train_bad_device_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    ckpt, result = tmp_path / "ckpt", tmp_path / "result.json"
+    proc = run_edgetrain(*TRAIN, "--checkpoint-dir", str(ckpt), "--result", str(result), *extra)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not ckpt.exists() and not result.exists()
+    assert proc.stdout == ""
+
+
+def test_estimate_bad_device_leaves_no_output(tmp_path: Path) -> None:
+    out = tmp_path / "eff.json"
+    proc = run_edgetrain(
+        "estimate",
+        "--model",
+        "resnet8-w025",
+        "--dataset",
+        "digits",
+        "--batch-sizes",
+        "8",
+        "--target-accuracy",
+        "0.5",
+        "--device",
+        "cuda:7" if NO_CUDA else "tpu",
+        "-o",
+        str(out),
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_train_records_device_and_precision(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    proc = run_edgetrain(
+        *TRAIN,
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--result",
+        str(result),
+        "--device",
+        "cpu",
+        "--precision",
+        "bf16",
+    )
+    assert proc.returncode == 4, proc.stderr  # the 0.99 target is out of reach: budget spent
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert all(e["device"] == "cpu" for e in events if e["event"] == "progress")
+    saved = json.loads(result.read_text())
+    assert saved["device"] == "cpu" and saved["precision"] == "bf16"
+    assert saved["samples"] == 128 and 0.0 < saved["accuracy"] <= 1.0
+
+
+# ------------------------------------------------------------- checkpoints across devices
+
+_TAG_AS: list[str] = []
+
+
+def _tagger(storage: Any) -> str | None:
+    return _TAG_AS[-1] if _TAG_AS and storage.device.type == "cpu" else None
+
+
+torch.serialization.register_package(0, _tagger, lambda _storage, _location: None)
+
+
+@contextlib.contextmanager
+def tagged_as(location: str) -> Iterator[None]:
+    """torch.save inside tags every CPU tensor with `location`, as a save on that device does."""
+    _TAG_AS.append(location)
+    try:
+        yield
+    finally:
+        _TAG_AS.pop()
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KillAfter(Reporter):
+    """Stops training after the n-th checkpoint, as a SIGKILL between evaluations would."""
+
+    def __init__(self, evaluations: int) -> None:
+        super().__init__(json_lines=False)
+        self._progress = None  # no bars in tests
+        self.left = evaluations
+
+    def advance(self, completed: float, status: str = "", **fields: Any) -> None:
+        self.left -= 1
+        if self.left == 0:
+            raise _Killed
+
+
+def _spec(device: str) -> TrainSpec:
+    return TrainSpec(
+        model="resnet8-w025",
+        dataset="digits",
+        batch_size=32,
+        target_accuracy=0.99,
+        sample_budget=384,
+        eval_interval_samples=128,
+        eval_samples=64,
+        device=device,
+    )
+
+
+def test_checkpoint_tagged_cuda_resumes_on_cpu(tmp_path: Path) -> None:
+    reference = train(_spec("cpu"), tmp_path / "ref")
+    ckpt = tmp_path / "run"
+    with tagged_as("cuda:0"), pytest.raises(_Killed):
+        train(_spec("cpu"), ckpt, reporter=_KillAfter(2))
+    path = ckpt / CHECKPOINT_NAME
+    if NO_CUDA:  # written "on CUDA": unreadable here without a map_location
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path, weights_only=False)
+    saved = load_checkpoint(path, _spec("cpu"), "cpu")
+    assert saved is not None
+    model_state: dict[str, torch.Tensor] = saved["model"]  # type: ignore[assignment]
+    assert all(t.device.type == "cpu" for t in model_state.values())
+    resumed = train(_spec("cpu"), ckpt)
+    assert resumed.resumed_from_samples == 256
+    assert resumed.samples == reference.samples == 384
+    assert resumed.accuracy == pytest.approx(reference.accuracy, abs=1e-9)
+    assert resumed.device == "cpu"
+
+
+def test_old_cpu_only_rng_state_still_resumes(tmp_path: Path) -> None:
+    ckpt = tmp_path / "run"
+    with pytest.raises(_Killed):
+        train(_spec("cpu"), ckpt, reporter=_KillAfter(1))
+    path = ckpt / CHECKPOINT_NAME
+    data = torch.load(path, weights_only=False)
+    data["rng"] = data["rng"]["cpu"]  # the format before per-device RNG state
+    torch.save(data, path)
+    assert train(_spec("cpu"), ckpt).resumed_from_samples == 128
