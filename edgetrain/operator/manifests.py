@@ -26,6 +26,7 @@ ANNOTATION_FREQ = "edgetrain.io/gpu-frequency-hz"
 ANNOTATION_LIMIT = "edgetrain.io/power-limit-watts"
 ANNOTATION_INJECT = "edgetrain.io/inject-failures"
 WORK = "/work"
+GPU_RESOURCE = "nvidia.com/gpu"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -125,6 +126,10 @@ def _optimizer_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
         "--reference-batch-size", str(opt.reference_batch_size),
         "--lr-scaling", opt.scaling.value,
     ]
+
+
+def _compute_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
+    return ["--device", spec.compute.device, "--precision", spec.compute.precision.value]
 
 
 def _limit_arg(spec: PowerAwareTrainingJobSpec) -> str:
@@ -229,6 +234,7 @@ def estimate_job(
         "--seeds", ",".join(str(s) for s in spec.budget.seeds),
         *(["--dataset-limit", str(spec.proxy_dataset.limit)] if spec.proxy_dataset.limit else []),
         *_weights_args(spec),
+        *_compute_args(spec),
         "--json-progress",
     ]
     args = _worker_args(
@@ -238,9 +244,13 @@ def estimate_job(
         inject=inject,
         extra=[*_pretrain_args(spec), "--", *cmd],
     )
+    container = _container("estimate", settings, args, [])
+    if settings.estimate_gpus > 0 and spec.compute.device != "cpu":
+        # The GPU server's device plugin exposes its GPUs as nvidia.com/gpu (limits only).
+        container["resources"] = {"limits": {GPU_RESOURCE: str(settings.estimate_gpus)}}
     pod = _pod_spec(
         settings,
-        _container("estimate", settings, args, []),
+        container,
         "Never",
         nodeSelector=dict(settings.server_selector),
     )
@@ -299,6 +309,7 @@ def profile_daemonset(
         "--minibatches", str(spec.budget.profile_minibatches),
         "--min-window", repr(settings.profile_min_window_s),
         "--output", out,
+        *_compute_args(spec),
         "--json-progress",
     ]
     args = _worker_args(
@@ -386,6 +397,7 @@ def train_job(
         *(["--dataset-limit", str(spec.dataset.limit)] if spec.dataset.limit else []),
         *_weights_args(spec),
         *(["--gpu-freq", str(gpu_frequency_hz)] if settings.pin_frequency_in_pod else []),
+        *_compute_args(spec),
         "--json-progress",
     ]
     extra = [*_pretrain_args(spec)]

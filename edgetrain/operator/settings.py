@@ -63,6 +63,12 @@ class OperatorSettings(BaseModel):
     progress_interval_s: Annotated[float, Field(gt=0)] = Field(
         default=1.0, description="how often a training pod publishes its progress"
     )
+    estimate_gpus: Annotated[int, Field(ge=0)] = Field(
+        default=1,
+        description="nvidia.com/gpu the estimate Job requests on the GPU server (device plugin);"
+        " 0: request none. Jetson pods request none: the NVIDIA container runtime gives them"
+        " the GPU",
+    )
 
 
 _LISTS = {"namespaces"}
