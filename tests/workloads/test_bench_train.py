@@ -19,7 +19,7 @@ def test_quick_bench_trains_both_loops_on_the_same_samples() -> None:
     for row in result["rows"]:
         assert row["device"] == "cpu"
         assert row["edgetrain_samples_per_s"] > 0 and row["plain_samples_per_s"] > 0
-        assert row["ratio"] == row["edgetrain_samples_per_s"] / row["plain_samples_per_s"]
+        assert len(row["ratios"]) == row["repeats"] and row["ratio"] > 0
         # Both loops saw the same number of samples, (warm-up + repeats) segments of steps.
         expected = (2 + row["repeats"] * row["steps_per_segment"]) * row["batch_size"]
         assert row["edgetrain_samples"] == row["plain_samples"] == expected
