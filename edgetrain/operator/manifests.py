@@ -163,6 +163,12 @@ def _container(name: str, settings: OperatorSettings, args: list[str], env: list
     }
 
 
+def _jetson_runtime(settings: OperatorSettings) -> dict[str, str]:
+    """Jetsons reach their GPU through the NVIDIA container runtime, not the device plugin."""
+    rc = settings.jetson_runtime_class
+    return {"runtimeClassName": rc} if rc else {}
+
+
 def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, **extra: Any) -> Obj:
     return {
         "serviceAccountName": settings.worker_service_account,
@@ -340,6 +346,7 @@ def profile_daemonset(
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,
+        **_jetson_runtime(settings),
     )
     return {
         "apiVersion": "apps/v1",
@@ -421,6 +428,7 @@ def train_job(
         "Never",
         nodeSelector={"kubernetes.io/hostname": node},
         **volumes_extra,
+        **_jetson_runtime(settings),
     )
     if settings.checkpoint_pvc:
         pod["volumes"].append(

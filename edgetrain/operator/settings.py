@@ -69,6 +69,11 @@ class OperatorSettings(BaseModel):
         " 0: request none. Jetson pods request none: the NVIDIA container runtime gives them"
         " the GPU",
     )
+    jetson_runtime_class: str | None = Field(
+        default=None,
+        description="runtimeClassName of profile and train pods (e.g. nvidia, the NVIDIA"
+        " container runtime); none: the node's default runtime",
+    )
 
 
 _LISTS = {"namespaces"}
@@ -87,7 +92,11 @@ def _parse(name: str, text: str) -> Any:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected k=v[,k=v], got {text!r}")
             out[key.strip()] = value.strip()
         return out
-    if text.lower() in ("", "none", "null") and name in ("checkpoint_pvc", "peering"):
+    if text.lower() in ("", "none", "null") and name in (
+        "checkpoint_pvc",
+        "peering",
+        "jetson_runtime_class",
+    ):
         return None
     return text
 

@@ -165,3 +165,19 @@ def test_precision_changes_cache_keys_only_when_not_fp32() -> None:
     assert efficiency_cache_key(bf16, None) != efficiency_cache_key(SPEC, None)
     assert mf.profile_key(bf16, "jetson-nano", None) != mf.profile_key(SPEC, "jetson-nano", None)
     assert mf.profile_key(same, "jetson-nano", None) == mf.profile_key(SPEC, "jetson-nano", None)
+
+
+def test_jetson_pods_get_the_runtime_class_when_set() -> None:
+    settings = load_settings({"EDGETRAIN_OPERATOR_JETSON_RUNTIME_CLASS": "nvidia"})
+    ds = mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano", node="n1",
+                              l4t=None, key="pk")
+    train = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                         gpu_frequency_hz=614400000, attempt=0, ckpt_dir="/c")
+    for obj in (ds, train):
+        assert obj["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    est = mf.estimate_job(PATJ, SPEC, settings, key="k", attempt=0)
+    assert "runtimeClassName" not in est["spec"]["template"]["spec"]
+    default = mf.train_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_JETSON_RUNTIME_CLASS":
+                                                      "none"}), node="n1", batch_size=16,
+                           gpu_frequency_hz=1, attempt=0, ckpt_dir="/c")
+    assert "runtimeClassName" not in default["spec"]["template"]["spec"]
