@@ -121,6 +121,8 @@ def run_bytes(spec: EstimateSpec, task: Task, accel: Accelerator) -> int:
         train_step(model, optimizer, x, y, accel, accel.grad_scaler())  # optimizer state exists
         accel.synchronize()
     task_bytes = task.nbytes if task.device.type == "cuda" else 0
+    del model, optimizer, x, y
+    torch.cuda.empty_cache()  # hand the probe's cached blocks back before workers start
     return peak[0] + task_bytes + CUDA_CONTEXT_BYTES
 
 
@@ -184,6 +186,8 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
         )
     if workers > 1:
         del task  # the workers load their own copy
+        if accel.is_cuda:
+            torch.cuda.empty_cache()
         results = _run_parallel(spec, runs, workers, reporter)
     else:
         results = {}

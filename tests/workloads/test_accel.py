@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from edgetrain.api.training import Precision
 from edgetrain.workloads.accel import DeviceChoiceError, parse_precision, resolve, resolve_device
-from edgetrain.workloads.progress import Reporter
-from edgetrain.workloads.train import CHECKPOINT_NAME, TrainSpec, load_checkpoint, train
+from edgetrain.workloads.train import CHECKPOINT_NAME, load_checkpoint, train
 from tests.helpers import run_edgetrain
+from tests.workloads.checkpoints import KillAfter, Killed, spec_on, tagged_as
 
 NO_CUDA = not torch.cuda.is_available()
 needs_no_cuda = pytest.mark.skipif(not NO_CUDA, reason="checks the error on a CUDA-less machine")
@@ -142,71 +139,21 @@ def test_train_records_device_and_precision(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------- checkpoints across devices
 
-_TAG_AS: list[str] = []
-
-
-def _tagger(storage: Any) -> str | None:
-    return _TAG_AS[-1] if _TAG_AS and storage.device.type == "cpu" else None
-
-
-torch.serialization.register_package(0, _tagger, lambda _storage, _location: None)
-
-
-@contextlib.contextmanager
-def tagged_as(location: str) -> Iterator[None]:
-    """torch.save inside tags every CPU tensor with `location`, as a save on that device does."""
-    _TAG_AS.append(location)
-    try:
-        yield
-    finally:
-        _TAG_AS.pop()
-
-
-class _Killed(Exception):
-    pass
-
-
-class _KillAfter(Reporter):
-    """Stops training after the n-th checkpoint, as a SIGKILL between evaluations would."""
-
-    def __init__(self, evaluations: int) -> None:
-        super().__init__(json_lines=False)
-        self._progress = None  # no bars in tests
-        self.left = evaluations
-
-    def advance(self, completed: float, status: str = "", **fields: Any) -> None:
-        self.left -= 1
-        if self.left == 0:
-            raise _Killed
-
-
-def _spec(device: str) -> TrainSpec:
-    return TrainSpec(
-        model="resnet8-w025",
-        dataset="digits",
-        batch_size=32,
-        target_accuracy=0.99,
-        sample_budget=384,
-        eval_interval_samples=128,
-        eval_samples=64,
-        device=device,
-    )
-
 
 def test_checkpoint_tagged_cuda_resumes_on_cpu(tmp_path: Path) -> None:
-    reference = train(_spec("cpu"), tmp_path / "ref")
+    reference = train(spec_on("cpu"), tmp_path / "ref")
     ckpt = tmp_path / "run"
-    with tagged_as("cuda:0"), pytest.raises(_Killed):
-        train(_spec("cpu"), ckpt, reporter=_KillAfter(2))
+    with tagged_as("cuda:0"), pytest.raises(Killed):
+        train(spec_on("cpu"), ckpt, reporter=KillAfter(2))
     path = ckpt / CHECKPOINT_NAME
     if NO_CUDA:  # written "on CUDA": unreadable here without a map_location
         with pytest.raises(RuntimeError, match="CUDA"):
             torch.load(path, weights_only=False)
-    saved = load_checkpoint(path, _spec("cpu"), "cpu")
+    saved = load_checkpoint(path, spec_on("cpu"), "cpu")
     assert saved is not None
     model_state: dict[str, torch.Tensor] = saved["model"]  # type: ignore[assignment]
     assert all(t.device.type == "cpu" for t in model_state.values())
-    resumed = train(_spec("cpu"), ckpt)
+    resumed = train(spec_on("cpu"), ckpt)
     assert resumed.resumed_from_samples == 256
     assert resumed.samples == reference.samples == 384
     assert resumed.accuracy == pytest.approx(reference.accuracy, abs=1e-9)
@@ -215,10 +162,10 @@ def test_checkpoint_tagged_cuda_resumes_on_cpu(tmp_path: Path) -> None:
 
 def test_old_cpu_only_rng_state_still_resumes(tmp_path: Path) -> None:
     ckpt = tmp_path / "run"
-    with pytest.raises(_Killed):
-        train(_spec("cpu"), ckpt, reporter=_KillAfter(1))
+    with pytest.raises(Killed):
+        train(spec_on("cpu"), ckpt, reporter=KillAfter(1))
     path = ckpt / CHECKPOINT_NAME
     data = torch.load(path, weights_only=False)
     data["rng"] = data["rng"]["cpu"]  # the format before per-device RNG state
     torch.save(data, path)
-    assert train(_spec("cpu"), ckpt).resumed_from_samples == 128
+    assert train(spec_on("cpu"), ckpt).resumed_from_samples == 128

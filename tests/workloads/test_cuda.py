@@ -14,7 +14,8 @@ from edgetrain.workloads.estimate import EstimateSpec, estimate, parallel_runs
 from edgetrain.workloads.train import CHECKPOINT_NAME, TrainSpec, load_checkpoint, train
 from edgetrain.workloads.training import load_task
 from tests.helpers import run_edgetrain
-from tests.workloads.test_accel import TRAIN, _KillAfter, _Killed, _spec
+from tests.workloads.checkpoints import KillAfter, Killed, spec_on
+from tests.workloads.test_accel import TRAIN
 
 pytestmark = pytest.mark.cuda
 
@@ -37,18 +38,18 @@ def test_train_on_cuda_records_the_device(tmp_path: Path) -> None:
 
 
 def test_checkpoint_moves_cuda_cpu_cuda(tmp_path: Path) -> None:
-    reference = train(_spec("cpu"), tmp_path / "ref")
+    reference = train(spec_on("cpu"), tmp_path / "ref")
     ckpt = tmp_path / "run"
-    with pytest.raises(_Killed):
-        train(_spec("cuda"), ckpt, reporter=_KillAfter(1))  # 128 samples on CUDA
-    saved = load_checkpoint(ckpt / CHECKPOINT_NAME, _spec("cpu"), "cpu")
+    with pytest.raises(Killed):
+        train(spec_on("cuda"), ckpt, reporter=KillAfter(1))  # 128 samples on CUDA
+    saved = load_checkpoint(ckpt / CHECKPOINT_NAME, spec_on("cpu"), "cpu")
     assert saved is not None and saved["device"] == "cuda:0"
     assert "cuda" in saved["rng"]  # type: ignore[operator]
-    with pytest.raises(_Killed):
-        train(_spec("cpu"), ckpt, reporter=_KillAfter(1))  # 256 on the CPU
-    saved = load_checkpoint(ckpt / CHECKPOINT_NAME, _spec("cpu"), "cpu")
+    with pytest.raises(Killed):
+        train(spec_on("cpu"), ckpt, reporter=KillAfter(1))  # 256 on the CPU
+    saved = load_checkpoint(ckpt / CHECKPOINT_NAME, spec_on("cpu"), "cpu")
     assert saved is not None and saved["device"] == "cpu" and "cuda" not in saved["rng"]  # type: ignore[operator]
-    resumed = train(_spec("cuda"), ckpt)  # and the rest on CUDA again
+    resumed = train(spec_on("cuda"), ckpt)  # and the rest on CUDA again
     assert resumed.resumed_from_samples == 256
     assert resumed.samples == reference.samples
     assert resumed.device == "cuda:0"
@@ -72,7 +73,7 @@ def test_mixed_precision_trains(tmp_path: Path, precision: str) -> None:
         sample_budget=4000,
         eval_interval_samples=256,
         eval_samples=359,
-        optimizer=_spec("cuda").optimizer.model_copy(update={"learning_rate": 4e-3}),
+        optimizer=spec_on("cuda").optimizer.model_copy(update={"learning_rate": 4e-3}),
         device="cuda",
         precision=precision,  # type: ignore[arg-type]
     )
