@@ -63,9 +63,9 @@ class Task:
 
     def to(self, device: torch.device, max_resident_bytes: int = DEVICE_RESIDENT_MAX_BYTES) -> Task:
         """The task held on `device` once (small sets), or pinned on the host for copying."""
-        if device.type == "cpu" or self.device == device:
+        if self.device == device:
             return self
-        resident = self.nbytes <= max_resident_bytes
+        resident = device.type == "cpu" or self.nbytes <= max_resident_bytes
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device) if resident else t.pin_memory()

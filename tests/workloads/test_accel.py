@@ -169,3 +169,12 @@ def test_old_cpu_only_rng_state_still_resumes(tmp_path: Path) -> None:
     data["rng"] = data["rng"]["cpu"]  # the format before per-device RNG state
     torch.save(data, path)
     assert train(spec_on("cpu"), ckpt).resumed_from_samples == 128
+
+
+def test_cpu_task_stays_put_and_batches_follow_the_stream() -> None:
+    from edgetrain.workloads.training import load_task
+
+    task = load_task("digits")
+    assert task.to(torch.device("cpu")) is task
+    x, y = task.batch(1430, 20, 3, torch.device("cpu"))  # crosses the epoch boundary (1437)
+    assert x.shape[0] == y.shape[0] == 20

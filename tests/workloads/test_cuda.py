@@ -123,3 +123,17 @@ def test_estimate_runs_batch_sizes_side_by_side_on_the_gpu(tmp_path: Path) -> No
     )
     assert proc.returncode == 0, proc.stderr
     assert read_efficiency(out).device == "cuda:0"
+
+
+def test_small_sets_live_on_the_gpu_and_large_ones_are_copied_per_batch() -> None:
+    cuda = resolve("cuda").device
+    task = load_task("digits")
+    resident = task.to(cuda)
+    assert resident.x_train.device.type == "cuda" and resident.to(cuda) is resident
+    pinned = task.to(cuda, max_resident_bytes=0)
+    assert pinned.x_train.device.type == "cpu" and pinned.x_train.is_pinned()
+    for source in (resident, pinned):
+        x, y = source.batch(5, 16, 0, cuda)
+        assert x.device.type == y.device.type == "cuda"
+        assert torch.equal(x.cpu(), task.batch(5, 16, 0)[0])  # same samples either way
+    assert resident.to(torch.device("cpu")).x_train.device.type == "cpu"
