@@ -178,3 +178,27 @@ def test_cpu_task_stays_put_and_batches_follow_the_stream() -> None:
     assert task.to(torch.device("cpu")) is task
     x, y = task.batch(1430, 20, 3, torch.device("cpu"))  # crosses the epoch boundary (1437)
     assert x.shape[0] == y.shape[0] == 20
+
+
+def test_parallel_estimate_equals_sequential() -> None:
+    from edgetrain.api.training import OptimizerSpec
+    from edgetrain.workloads.estimate import EstimateSpec, estimate
+
+    spec = EstimateSpec(
+        model="resnet8-w025",
+        dataset="digits",
+        batch_sizes=[16, 64],
+        target_accuracy=0.5,
+        optimizer=OptimizerSpec(learning_rate=4e-3, reference_batch_size=64),
+        sample_budget=3000,
+        eval_interval_samples=128,
+        eval_samples=359,
+        device="cpu",
+    )
+    sequential = estimate(spec)
+    parallel = estimate(spec.model_copy(update={"parallel": 2}))  # two spawned processes
+    assert parallel.batch_sizes == sequential.batch_sizes and parallel.device == "cpu"
+    # Workers run one thread each, the sequential run two: CPU kernels may round differently,
+    # so a run may cross the target one evaluation (128 samples) earlier or later.
+    for a, b in zip(parallel.samples_to_accuracy, sequential.samples_to_accuracy, strict=True):
+        assert a is not None and b is not None and abs(a - b) <= 128
