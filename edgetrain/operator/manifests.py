@@ -141,7 +141,14 @@ def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
         return []
     return [
         "--pretrain",
-        json.dumps({"model": spec.model.architecture, **spec.model.pretrain.model_dump()}),
+        json.dumps(
+            {
+                "model": spec.model.architecture,
+                **spec.model.pretrain.model_dump(),
+                "device": spec.compute.device,
+                "precision": spec.compute.precision.value,
+            }
+        ),
     ]
 
 

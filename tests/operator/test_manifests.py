@@ -181,3 +181,19 @@ def test_jetson_pods_get_the_runtime_class_when_set() -> None:
                                                       "none"}), node="n1", batch_size=16,
                            gpu_frequency_hz=1, attempt=0, ckpt_dir="/c")
     assert "runtimeClassName" not in default["spec"]["template"]["spec"]
+
+
+def test_pretrain_in_the_worker_uses_the_jobs_compute_choice() -> None:
+    import json
+
+    spec = PowerAwareTrainingJobSpec.model_validate(
+        {
+            **SPEC.model_dump(by_alias=True),
+            "model": {"architecture": "resnet8-w025", "pretrain": {"dataset": "fashion-mnist"}},
+            "compute": {"device": "cpu", "precision": "bf16"},
+        }
+    )
+    args = _args(mf.estimate_job(PATJ, spec, load_settings({}), key="k", attempt=0))
+    recipe = json.loads(args[args.index("--pretrain") + 1])
+    assert recipe["device"] == "cpu" and recipe["precision"] == "bf16"
+    assert recipe["dataset"] == "fashion-mnist" and recipe["model"] == "resnet8-w025"
