@@ -29,6 +29,20 @@ FIGURE1_POINTS = [
 ]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cuda` run where CUDA exists and are skipped, saying why, elsewhere."""
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    import torch  # only when such tests were collected: light test runs stay torch-free
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (none on this machine)")
+    for item in marked:
+        item.add_marker(skip)
+
+
 @pytest.fixture
 def figure1_files(tmp_path: Path) -> tuple[Path, Path]:
     """Figure-1 profile and an equal-r efficiency vector on disk."""

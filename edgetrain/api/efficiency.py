@@ -28,6 +28,8 @@ class EfficiencyVector(BaseModel):
     batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
     samples_to_accuracy: list[Annotated[float, Field(gt=0, allow_inf_nan=False)] | None]
     r: list[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None]
+    device: str | None = Field(default=None, description="where it was trained: cpu, cuda:N")
+    precision: str | None = Field(default=None, description="fp32, fp16 or bf16")
 
     @model_validator(mode="after")
     def _consistent(self) -> EfficiencyVector:

@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from edgetrain.api.errors import InputError
 from edgetrain.api.plan import Objective, PowerMetric
-from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.training import ComputeSpec, OptimizerSpec, Precision
 
 API_VERSION = "edgetrain.io/v1alpha1"
 # Bump when what `edgetrain profile` measures changes, so cached profiles are not reused.
@@ -100,6 +100,7 @@ class PowerAwareTrainingJobSpec(_Spec):
     placement: PlacementSpec = PlacementSpec()
     strategy: StrategySpec = StrategySpec()
     budget: BudgetSpec = BudgetSpec()
+    compute: ComputeSpec = ComputeSpec()
 
     @field_validator("batch_sizes")
     @classmethod
@@ -134,6 +135,12 @@ def efficiency_cache_key(spec: PowerAwareTrainingJobSpec, weights_sha256: str | 
                 spec.budget.eval_samples,
                 spec.budget.seeds,
             ],
+            # Only a non-default precision enters the key, so fp32 vectors keep their old keys.
+            **(
+                {}
+                if spec.compute.precision is Precision.fp32
+                else {"precision": spec.compute.precision.value}
+            ),
         }
     )
 
@@ -153,6 +160,9 @@ def profile_cache_key(
     `dataset=spec.dataset.name`) instead of its shape.
     """
     extra: dict[str, Any] = {} if dataset is None else {"dataset": dataset}
+    # Timing depends on device and precision; defaults stay out so old profiles keep their keys.
+    if spec.compute != ComputeSpec():
+        extra["compute"] = spec.compute.model_dump(mode="json")
     return _hash(
         {
             **extra,

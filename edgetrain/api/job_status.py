@@ -118,6 +118,8 @@ class TrainingStatus(_Status):
     peak_power_watts: float | None = None
     reached_target: bool | None = None
     simulated: bool | None = None
+    device: str | None = Field(default=None, description="where the pod trains: cpu, cuda:N")
+    precision: str | None = Field(default=None, description="fp32, fp16 or bf16")
     carried_samples: int = Field(default=0, description="samples of earlier segments")
     carried_device_seconds: float = 0.0
     carried_energy_joules: float = 0.0

@@ -194,6 +194,8 @@ class ProfileMetadata(BaseModel):
     grid_points: int
     duration_s: float
     simulated: bool
+    device: str | None = None  # where the minibatches ran: cpu, cuda:N (None: older files)
+    precision: str | None = None
 
 
 def metadata_path(profile_path: str | Path) -> Path:

@@ -26,6 +26,33 @@ class OptimizerName(StrEnum):
     sgd = "sgd"
 
 
+class Precision(StrEnum):
+    """Arithmetic of training: fp32 (default, keeps efficiency vectors comparable) or autocast."""
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
+"""What `--device` and `spec.compute.device` accept; `auto` is CUDA when present."""
+
+
+class ComputeSpec(BaseModel):
+    """Which device and arithmetic the training phases use (the same on every node)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    device: str = Field(
+        default="auto",
+        pattern=DEVICE_PATTERN,
+        description="auto (CUDA when present), cpu, cuda or cuda:N",
+    )
+    precision: Precision = Precision.fp32
+
+
 class OptimizerSpec(BaseModel):
     """Optimizer and learning-rate rule (the paper: Adam, 5e-4 at b=128, square-root scaling)."""
 

@@ -144,3 +144,85 @@ def bench_planner(
             "yes" if row.within_budget else "NO",
         )
     stdout.print(table)
+
+
+@app.command("train")
+def bench_train(
+    models: Annotated[
+        str, typer.Option(help="Comma-separated registry models.")
+    ] = "resnet8-w025,resnet8,mobilenetv2-w025,charformer-small",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = (
+        "4,8,16,32,64,128"
+    ),
+    device: Annotated[
+        str | None, typer.Option(help="Only this device (cpu, cuda, cuda:N); default cpu and CUDA.")
+    ] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Alternated segments per loop (median).")] = 7,
+    segment: Annotated[float, typer.Option(min=0.001, help="Seconds per timed segment.")] = 0.25,
+    quick: Annotated[
+        bool, typer.Option(help="One small model, two batch sizes, short segments (tests).")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Samples/s of edgetrain's training loop against a plain PyTorch loop, alternated."""
+    import sys
+
+    from edgetrain.cli.common import exit_codes
+    from edgetrain.cli.workloads import parse_int_list
+    from edgetrain.workloads.accel import resolve_device
+    from edgetrain.workloads.bench_train import TrainBenchRow, run_bench
+    from edgetrain.workloads.models import model_names
+
+    with exit_codes():
+        if quick:
+            models, batch_sizes, repeats, segment = "resnet8-w025", "8,32", 2, 0.02
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        unknown = sorted(set(names) - set(model_names()))
+        if unknown:
+            from edgetrain.api.errors import BadInputError
+
+            raise BadInputError(f"--models: unknown {unknown}; known: {', '.join(model_names())}")
+        sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        devices = [str(resolve_device(device))] if device else None
+        with Progress(console=stderr, transient=True, disable=json_output) as progress:
+            task = progress.add_task("train loop", total=len(names) * len(sizes))
+
+            def advance(row: TrainBenchRow) -> None:
+                progress.advance(task)
+                progress.update(task, description=f"{row.model} b={row.batch_size}")
+
+            result = run_bench(
+                names,
+                sizes,
+                devices=devices,
+                repeats=repeats,
+                segment_s=segment,
+                dataset_limit=2000 if quick else None,
+                command="edgetrain " + " ".join(sys.argv[1:]),
+                on_row=advance,
+            )
+    if json_output:
+        typer.echo(result.model_dump_json())
+        return
+    table = Table(
+        title=f"training loop throughput, {result.machine}",
+        caption=f"ratio = median of {repeats} paired ratios edgetrain / plain loop (alternated"
+        " segments);"
+        f" goal ≥ {result.target_ratio}",
+    )
+    for col in ("device", "model", "batch", "edgetrain samples/s", "plain samples/s", "ratio"):
+        table.add_column(col, justify="right")
+    for row in result.rows:
+        style = "" if row.ratio >= result.target_ratio else "bold red"
+        table.add_row(
+            row.device,
+            row.model,
+            str(row.batch_size),
+            f"{row.edgetrain_samples_per_s:,.0f}",
+            f"{row.plain_samples_per_s:,.0f}",
+            f"{row.ratio:.3f}",
+            style=style,
+        )
+    for missing in result.unmeasured_devices:
+        table.add_row(missing, "—", "—", "not measured", f"(no {missing} here)", "—")
+    stdout.print(table)

@@ -51,6 +51,9 @@ def bench_paper(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the full result as JSON on stdout.")
     ] = False,
+    device: Annotated[
+        str, typer.Option(help="Where estimates train: auto (CUDA when present), cpu, cuda:N.")
+    ] = "auto",
 ) -> None:
     """Time to accuracy of B1, B2, edgetrain and the oracle (real ML, simulated device)."""
     with exit_codes():
@@ -61,6 +64,10 @@ def bench_paper(
                 config = config.model_copy(update={"seeds": parsed})
         else:
             config = config_for(scale, parsed)
+        from edgetrain.workloads.accel import resolve_device
+
+        resolve_device(device)  # a device not present here: exit 2 before any work
+        config = config.model_copy(update={"device": device.strip().lower()})
         command = shlex.join(["edgetrain", *sys.argv[1:]])
         # With --json, progress lines go to stderr so stdout stays one JSON document.
         with Reporter(stream=sys.stderr if json_output else None) as reporter:

@@ -30,6 +30,13 @@ def run_command(
         bool | None,
         typer.Option("--json-progress/--bars", help="JSON lines (default when not a terminal)."),
     ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Override spec.compute.device: auto, cpu, cuda or cuda:N."),
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="Override spec.compute.precision: fp32, fp16, bf16.")
+    ] = None,
 ) -> None:
     """Run a training job on this machine against a device twin (or this Jetson).
 
@@ -41,6 +48,14 @@ def run_command(
 
     with exit_codes():
         spec = load_job(job)
+        if device is not None or precision is not None:
+            from edgetrain.cli.workloads import check_device
+
+            chosen, prec = check_device(
+                device or spec.compute.device, precision or spec.compute.precision
+            )
+            compute = spec.compute.model_copy(update={"device": chosen, "precision": prec})
+            spec = spec.model_copy(update={"compute": compute})
         with Reporter(json_lines=json_progress) as reporter:
             outcome = run_job(spec, workdir, reporter)
             folder = write_report(outcome, report)
@@ -64,6 +79,7 @@ def run_command(
     rows = [
         ("batch size / GPU MHz", f"{outcome.plan.batch_size} / {outcome.plan.gpu_freq_hz / 1e6:g}"),
         ("reached target", "yes" if outcome.training.reached_target else "no (budget)"),
+        ("trained on", f"{outcome.device} ({outcome.precision})"),
         ("samples", str(outcome.training.samples)),
         ("test accuracy", f"{outcome.training.accuracy:.3f}"),
         ("predicted time to accuracy (s)", f"{outcome.plan.predicted_seconds or float('nan'):.1f}"),

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from edgetrain.api.efficiency import write_efficiency
 from edgetrain.api.plan import PowerMetric
-from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec
+from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec, Precision
 from edgetrain.cli.common import exit_codes, stderr, stdout
 from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
@@ -39,6 +39,24 @@ JsonProgressOpt = Annotated[
 ]
 
 
+DeviceOpt = Annotated[
+    str,
+    typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.", show_default=True),
+]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(help="fp32 (default: comparable results), fp16 (CUDA) or bf16 (autocast)."),
+]
+
+
+def check_device(device: str, precision: str) -> tuple[str, Precision]:
+    """Fail early (exit 2, one line, nothing written) on a device or precision not present here."""
+    from edgetrain.workloads.accel import resolve
+
+    accel = resolve(device, precision)
+    return device.strip().lower(), accel.precision
+
+
 def _optimizer(name: OptimizerName, lr: float, ref: int, scaling: LrScaling) -> OptimizerSpec:
     return OptimizerSpec(name=name, learning_rate=lr, reference_batch_size=ref, scaling=scaling)
 
@@ -51,6 +69,8 @@ def pretrain_command(
     learning_rate: Annotated[float, typer.Option(min=0.0)] = 2e-3,
     seed: int = 0,
     dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Pretrain a model and cache the weights by recipe hash; prints the weights path."""
@@ -65,8 +85,10 @@ def pretrain_command(
         seed=seed,
         dataset_limit=dataset_limit,
     )
-    with exit_codes(), Reporter(json_lines=json_progress) as reporter:
-        path = pretrain(spec, reporter)
+    with exit_codes():
+        device, prec = check_device(device, precision)
+        with Reporter(json_lines=json_progress) as reporter:
+            path = pretrain(spec, reporter, device=device, precision=prec)
     info = describe(path)
     stderr.print(f"weights: {path} (test accuracy {info.get('test_accuracy', float('nan')):.3f})")
     typer.echo(str(path))
@@ -90,12 +112,22 @@ def estimate_command(
     eval_samples: Annotated[int, typer.Option(min=1, help="Test samples per evaluation.")] = 2000,
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds; the median is kept.")] = "0",
     dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+    parallel: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Runs side by side (processes); 0: as many as free CUDA memory holds, 1 on CPU.",
+        ),
+    ] = 0,
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Train each batch size to the target on the proxy set; write the efficiency vector."""
     from edgetrain.workloads.estimate import EstimateSpec, estimate
 
     with exit_codes():
+        device, prec = check_device(device, precision)
         spec = EstimateSpec(
             model=model,
             dataset=dataset,
@@ -108,6 +140,9 @@ def estimate_command(
             eval_samples=eval_samples,
             seeds=parse_int_list(seeds, "--seeds"),
             dataset_limit=dataset_limit,
+            device=device,
+            precision=prec,
+            parallel=parallel,
         )
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
@@ -124,7 +159,7 @@ def estimate_command(
                 str(b), "never" if s is None else f"{s:g}", "-" if r is None else f"{r:.3f}"
             )
         stdout.print(table)
-        stdout.print(f"wrote {output}")
+        stdout.print(f"wrote {output} (trained on {vector.device}, {vector.precision})")
 
 
 EXIT_BUDGET_EXHAUSTED = 4
@@ -158,6 +193,8 @@ def train_command(
     sysfs_root: Annotated[
         Path | None, typer.Option(help="Sysfs root (a twin's tree); default $EDGETRAIN_SYSFS_ROOT.")
     ] = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Fine-tune to the target accuracy, checkpointing so a killed run resumes.
@@ -179,6 +216,7 @@ def train_command(
     from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, TrainSpec, train
 
     with exit_codes():
+        device, prec = check_device(device, precision)
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         spec = TrainSpec(
@@ -193,6 +231,8 @@ def train_command(
             eval_samples=eval_samples,
             seed=seed,
             dataset_limit=dataset_limit,
+            device=device,
+            precision=prec,
         )
         session: DeviceSession | None = None
         if sysfs_root is not None or os.environ.get("EDGETRAIN_SYSFS_ROOT"):
@@ -242,6 +282,7 @@ def train_command(
             f" accuracy {outcome.accuracy:.3f} after {outcome.samples} samples,"
             f" {usage.device_time_s:.1f} s device time"
             + (" (simulated)" if usage.simulated else "")
+            + f" on {outcome.device} ({outcome.precision})"
             + (f", {usage.energy_j:.1f} J" if usage.energy_j is not None else "")
         )
     if not outcome.reached_target:
@@ -280,6 +321,8 @@ def profile_command(
     ] = 0.9,
     seed: Annotated[int, typer.Option(help="predicted: sampling and training seed.")] = 0,
     epochs: Annotated[int, typer.Option(min=1, help="predicted: transfer epochs.")] = 100,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Measure time per sample and peak/mean power per (batch size, GPU frequency).
@@ -301,6 +344,7 @@ def profile_command(
 
     signal.signal(signal.SIGTERM, _terminate)
     with exit_codes():
+        device, prec = check_device(device, precision)
         try:
             chosen = ProfilingStrategy(strategy)
         except ValueError:
@@ -327,6 +371,8 @@ def profile_command(
             predict_seed=seed,
             margin_quantile=margin_quantile,
             predict_epochs=epochs,
+            device=device,
+            precision=prec,
         )
         try:
             session = DeviceSession(sysfs_root, sample_interval)
@@ -347,5 +393,6 @@ def profile_command(
     meta = run.metadata
     stderr.print(
         f"profiled {meta.measured_points} of {meta.grid_points} points on {meta.device_model}"
-        f"{' (simulated)' if meta.simulated else ''} in {meta.duration_s:.1f} s; wrote {output}"
+        f"{' (simulated)' if meta.simulated else ''} ({meta.device}, {meta.precision})"
+        f" in {meta.duration_s:.1f} s; wrote {output}"
     )

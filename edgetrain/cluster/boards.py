@@ -34,6 +34,7 @@ class NodeProfile:
     os_image: str
     kernel: str
     gpu_freqs_hz: tuple[int, ...] = ()
+    gpus: int = 1  # nvidia.com/gpu; the server has several so parallel estimate Jobs all fit
 
     @property
     def os_image_text(self) -> str:
@@ -75,7 +76,7 @@ class NodeProfile:
             "memory": self.memory,
             "pods": "110",
             "ephemeral-storage": "64Gi",
-            GPU_RESOURCE: "1",
+            GPU_RESOURCE: str(self.gpus),
         }
 
 
@@ -124,7 +125,7 @@ _PROFILES: tuple[NodeProfile, ...] = (
     NodeProfile(
         board="gpu-server", kind="server", arch="amd64", cpu="16", memory="64Gi",
         l4t=None, jetpack=None, os_image="Ubuntu 22.04 (virtual GPU server, simulated)",
-        kernel="6.1.0",
+        kernel="6.1.0", gpus=8,
     ),
 )
 PROFILES: dict[str, NodeProfile] = {p.board: p for p in _PROFILES}

@@ -27,6 +27,7 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"
 ANNOTATION_INJECT = "edgetrain.io/inject-failures"
 WORK = "/work"
+GPU_RESOURCE = "nvidia.com/gpu"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -128,6 +129,10 @@ def _optimizer_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
     ]
 
 
+def _compute_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
+    return ["--device", spec.compute.device, "--precision", spec.compute.precision.value]
+
+
 def _limit_arg(spec: PowerAwareTrainingJobSpec) -> str:
     return "inf" if spec.power_limit_watts is None else repr(spec.power_limit_watts)
 
@@ -137,7 +142,14 @@ def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
         return []
     return [
         "--pretrain",
-        json.dumps({"model": spec.model.architecture, **spec.model.pretrain.model_dump()}),
+        json.dumps(
+            {
+                "model": spec.model.architecture,
+                **spec.model.pretrain.model_dump(),
+                "device": spec.compute.device,
+                "precision": spec.compute.precision.value,
+            }
+        ),
     ]
 
 
@@ -157,6 +169,12 @@ def _container(name: str, settings: OperatorSettings, args: list[str], env: list
         "volumeMounts": [{"name": "work", "mountPath": WORK}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+
+
+def _jetson_runtime(settings: OperatorSettings) -> dict[str, str]:
+    """Jetsons reach their GPU through the NVIDIA container runtime, not the device plugin."""
+    rc = settings.jetson_runtime_class
+    return {"runtimeClassName": rc} if rc else {}
 
 
 def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, **extra: Any) -> Obj:
@@ -230,6 +248,7 @@ def estimate_job(
         "--seeds", ",".join(str(s) for s in spec.budget.seeds),
         *(["--dataset-limit", str(spec.proxy_dataset.limit)] if spec.proxy_dataset.limit else []),
         *_weights_args(spec),
+        *_compute_args(spec),
         "--json-progress",
     ]
     args = _worker_args(
@@ -239,9 +258,13 @@ def estimate_job(
         inject=inject,
         extra=[*_pretrain_args(spec), "--", *cmd],
     )
+    container = _container("estimate", settings, args, [])
+    if settings.estimate_gpus > 0 and spec.compute.device != "cpu":
+        # The GPU server's device plugin exposes its GPUs as nvidia.com/gpu (limits only).
+        container["resources"] = {"limits": {GPU_RESOURCE: str(settings.estimate_gpus)}}
     pod = _pod_spec(
         settings,
-        _container("estimate", settings, args, []),
+        container,
         "Never",
         nodeSelector=dict(settings.server_selector),
     )
@@ -300,6 +323,7 @@ def profile_daemonset(
         "--minibatches", str(spec.budget.profile_minibatches),
         "--min-window", repr(settings.profile_min_window_s),
         "--output", out,
+        *_compute_args(spec),
         "--json-progress",
     ]
     args = _worker_args(
@@ -330,6 +354,7 @@ def profile_daemonset(
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,
+        **_jetson_runtime(settings),
     )
     return {
         "apiVersion": "apps/v1",
@@ -387,6 +412,7 @@ def train_job(
         *(["--dataset-limit", str(spec.dataset.limit)] if spec.dataset.limit else []),
         *_weights_args(spec),
         *(["--gpu-freq", str(gpu_frequency_hz)] if settings.pin_frequency_in_pod else []),
+        *_compute_args(spec),
         "--json-progress",
     ]
     extra = [*_pretrain_args(spec)]
@@ -410,6 +436,7 @@ def train_job(
         "Never",
         nodeSelector={"kubernetes.io/hostname": node},
         **volumes_extra,
+        **_jetson_runtime(settings),
     )
     if settings.checkpoint_pvc:
         pod["volumes"].append(

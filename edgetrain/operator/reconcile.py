@@ -410,6 +410,9 @@ class Reconciler:
                                             float(usage["peak_power_w"]))
         if usage.get("simulated") is not None:
             training.simulated = bool(usage["simulated"])
+        for key in ("device", "precision"):  # top-level in progress and result events
+            if event.get(key):
+                setattr(training, key, str(event[key]))
         if "reached_target" in event:
             training.reached_target = bool(event["reached_target"])
 

@@ -69,6 +69,17 @@ class OperatorSettings(BaseModel):
     health_port: Annotated[int, Field(ge=0, le=65535)] = Field(
         default=0, description="port of kopf's /healthz for the pod's probes; 0: no endpoint"
     )
+    estimate_gpus: Annotated[int, Field(ge=0)] = Field(
+        default=1,
+        description="nvidia.com/gpu the estimate Job requests on the GPU server (device plugin);"
+        " 0: request none. Jetson pods request none: the NVIDIA container runtime gives them"
+        " the GPU",
+    )
+    jetson_runtime_class: str | None = Field(
+        default=None,
+        description="runtimeClassName of profile and train pods (e.g. nvidia, the NVIDIA"
+        " container runtime); none: the node's default runtime",
+    )
 
 
 _LISTS = {"namespaces"}
@@ -87,7 +98,11 @@ def _parse(name: str, text: str) -> Any:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected k=v[,k=v], got {text!r}")
             out[key.strip()] = value.strip()
         return out
-    if text.lower() in ("", "none", "null") and name in ("checkpoint_pvc", "peering"):
+    if text.lower() in ("", "none", "null") and name in (
+        "checkpoint_pvc",
+        "peering",
+        "jetson_runtime_class",
+    ):
         return None
     return text
 

@@ -137,10 +137,18 @@ def run_worker(
     if argv[0] == "edgetrain":
         argv = [sys.executable, "-m", "edgetrain", *argv[1:]]
     if pretrain:
+        from edgetrain.api.training import Precision
         from edgetrain.workloads.weights import PretrainSpec
         from edgetrain.workloads.weights import pretrain as make_weights
 
-        argv += ["--weights", str(make_weights(PretrainSpec.model_validate(pretrain), None))]
+        recipe = dict(pretrain)
+        # Where to pretrain is not part of the recipe (the cache key): the job's compute choice.
+        device = str(recipe.pop("device", "auto"))
+        precision = Precision(str(recipe.pop("precision", "fp32")))
+        weights = make_weights(
+            PretrainSpec.model_validate(recipe), None, device=device, precision=precision
+        )
+        argv += ["--weights", str(weights)]
     if carry_from is not None and carry_to is not None and carry_weights(carry_from, carry_to):
         # A re-plan changed the batch size: start the new segment from the last checkpoint.
         argv += ["--weights", str(carry_to)]

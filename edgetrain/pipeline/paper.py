@@ -133,6 +133,7 @@ class BenchConfig(BaseModel):
     seeds: list[int] = Field(min_length=1)
     power_metric: PowerMetric = PowerMetric.peak
     profiling: ProfilingCost = ProfilingCost()
+    device: str = "auto"  # where estimates train; not in their cache key (r is device-free)
 
 
 # ---------------------------------------------------------------- pure arithmetic
@@ -557,9 +558,14 @@ def estimate_key(workload: WorkloadConfig, dataset: DatasetRef, seed: int) -> st
 
 
 def run_estimate(
-    workload: WorkloadConfig, dataset: DatasetRef, seed: int, reporter: Reporter | None
+    workload: WorkloadConfig,
+    dataset: DatasetRef,
+    seed: int,
+    reporter: Reporter | None,
+    device: str = "auto",
 ) -> EstimateRecord:
     """Train every batch size of `workload` on `dataset` with one seed (real PyTorch)."""
+    from edgetrain.workloads.accel import resolve
     from edgetrain.workloads.estimate import EstimateSpec, samples_to_accuracy_once
     from edgetrain.workloads.training import load_task
 
@@ -575,8 +581,10 @@ def run_estimate(
         eval_interval_samples=workload.eval_interval_samples,
         eval_samples=workload.eval_samples,
         seeds=[seed],
+        device=device,
     )
-    task = load_task(dataset.name, dataset.limit)
+    accel = resolve(device)
+    task = load_task(dataset.name, dataset.limit).to(accel.device)
     samples: list[float | None] = []
     for b in workload.batch_sizes:
         if reporter:
@@ -588,7 +596,7 @@ def run_estimate(
                 batch_size=b,
                 seed=seed,
             )
-        reached = samples_to_accuracy_once(spec, task, b, seed, reporter)
+        reached = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
         samples.append(None if reached is None else float(reached))
     return EstimateRecord(
         model=workload.model,
@@ -607,7 +615,11 @@ def run_estimate(
 
 
 def cached_estimate(
-    workload: WorkloadConfig, dataset: DatasetRef, seed: int, reporter: Reporter | None
+    workload: WorkloadConfig,
+    dataset: DatasetRef,
+    seed: int,
+    reporter: Reporter | None,
+    device: str = "auto",
 ) -> tuple[EstimateRecord, bool]:
     """The estimate from the cache, or trained now and cached; and whether it was cached."""
     path = cache_dir() / f"{estimate_key(workload, dataset, seed)}.json"
@@ -616,7 +628,7 @@ def cached_estimate(
             return EstimateRecord.model_validate_json(path.read_text()), True
         except ValueError:
             pass  # corrupt entry: train again and overwrite
-    record = run_estimate(workload, dataset, seed, reporter)
+    record = run_estimate(workload, dataset, seed, reporter, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     tmp.write_text(record.model_dump_json(indent=1))
@@ -905,7 +917,7 @@ def summaries_and_sensitivity(
 
 
 def _estimate_worker(
-    workload_json: str, dataset_json: str, seed: int, threads: int
+    workload_json: str, dataset_json: str, seed: int, threads: int, device: str = "auto"
 ) -> tuple[EstimateRecord, bool]:
     """One cached estimate in a worker process (top level so it pickles)."""
     import torch
@@ -913,7 +925,7 @@ def _estimate_worker(
     torch.set_num_threads(threads)
     workload = WorkloadConfig.model_validate_json(workload_json)
     dataset = DatasetRef.model_validate_json(dataset_json)
-    return cached_estimate(workload, dataset, seed, None)
+    return cached_estimate(workload, dataset, seed, None, device)
 
 
 def estimate_all(
@@ -956,7 +968,7 @@ def estimate_all(
 
     if jobs <= 1:
         for key, (w, ref, seed) in todo.items():
-            done(key, *cached_estimate(w, ref, seed, reporter))
+            done(key, *cached_estimate(w, ref, seed, reporter, config.device))
         return estimates, ran, training_s
 
     import multiprocessing
@@ -969,7 +981,12 @@ def estimate_all(
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = {
             pool.submit(
-                _estimate_worker, w.model_dump_json(), ref.model_dump_json(), seed, threads
+                _estimate_worker,
+                w.model_dump_json(),
+                ref.model_dump_json(),
+                seed,
+                threads,
+                config.device,
             ): key
             for key, (w, ref, seed) in todo.items()
         }

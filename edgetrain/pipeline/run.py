@@ -26,6 +26,7 @@ from edgetrain.api.profile import (
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
+from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.device_session import DeviceSession, SessionMeter
 from edgetrain.workloads.estimate import EstimateSpec, estimate
 from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
@@ -56,6 +57,8 @@ class RunOutcome(BaseModel):
     profile_phase: PhaseRecord
     plan: PlanResult
     training: TrainResult
+    device: str | None = None  # where training ran (cpu, cuda:N); also in training.device
+    precision: str | None = None
     training_wall_s: float
     power_trace: list[tuple[float, float]]  # (seconds since training start, W)
 
@@ -79,7 +82,9 @@ def resolve_weights(spec: PowerAwareTrainingJobSpec, reporter: Reporter | None) 
             dataset=spec.model.pretrain.dataset,
             samples=spec.model.pretrain.samples,
         )
-        return pretrain(recipe, reporter)
+        return pretrain(
+            recipe, reporter, device=spec.compute.device, precision=spec.compute.precision
+        )
     return None
 
 
@@ -120,6 +125,8 @@ def _estimate_phase(
             eval_interval_samples=spec.budget.eval_interval_samples,
             eval_samples=spec.budget.eval_samples,
             seeds=spec.budget.seeds,
+            device=spec.compute.device,
+            precision=spec.compute.precision,
         ),
         reporter,
     )
@@ -153,6 +160,8 @@ def _profile_phase(
             power_limit_w=spec.power_limit_w,
             power_metric=spec.strategy.power_metric,
             minibatches=spec.budget.profile_minibatches,
+            device=spec.compute.device,
+            precision=spec.compute.precision,
         ),
         session,
         reporter,
@@ -167,6 +176,7 @@ def run_job(
     spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None
 ) -> RunOutcome:
     """Estimate (or reuse) r, profile (or reuse) the LUT, plan, then train at the plan."""
+    resolve(spec.compute.device, spec.compute.precision)  # fail before anything is written
     workdir = workdir or Path(tempfile.mkdtemp(prefix="edgetrain-run-"))
     workdir.mkdir(parents=True, exist_ok=True)
     weights = resolve_weights(spec, reporter)
@@ -208,6 +218,8 @@ def run_job(
                 eval_interval_samples=spec.budget.eval_interval_samples,
                 eval_samples=spec.budget.eval_samples,
                 seed=spec.budget.seeds[0],
+                device=spec.compute.device,
+                precision=spec.compute.precision,
             ),
             workdir / "checkpoints",
             meter=SessionMeter(session, workload),
@@ -226,6 +238,8 @@ def run_job(
         profile_phase=prof_phase,
         plan=result,
         training=training,
+        device=training.device,
+        precision=training.precision,
         training_wall_s=ended - started,
         power_trace=trace,
     )

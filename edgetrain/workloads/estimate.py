@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.efficiency import EfficiencyVector
-from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
+from edgetrain.workloads.accel import CUDA_CONTEXT_BYTES, Accelerator, peak_memory, resolve
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
     Task,
@@ -18,9 +20,13 @@ from edgetrain.workloads.training import (
     load_task,
     make_model,
     make_optimizer,
+    train_step,
     train_to_target,
 )
 from edgetrain.workloads.weights import load_pretrained
+
+# Leave this share of free device memory unclaimed by parallel runs (allocator slack, spikes).
+FREE_MEMORY_SHARE = 0.8
 
 
 class EstimateSpec(BaseModel):
@@ -39,17 +45,36 @@ class EstimateSpec(BaseModel):
     eval_samples: Annotated[int, Field(gt=0)] | None = 2000
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     dataset_limit: Annotated[int, Field(gt=0)] | None = None
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
+    precision: Precision = Precision.fp32
+    parallel: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="runs side by side; 0: as many as device memory allows (CUDA), 1 on CPU",
+    )
 
 
-def samples_to_accuracy_once(
-    spec: EstimateSpec, task: Task, batch_size: int, seed: int, reporter: Reporter | None
-) -> int | None:
-    """Train one (batch size, seed); the samples at the first evaluation at the target."""
+def _prepare(
+    spec: EstimateSpec, task: Task, batch_size: int, seed: int, accel: Accelerator
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     model = make_model(spec.model, task)
     if spec.weights is not None:
         load_pretrained(model, spec.weights)
-    optimizer = make_optimizer(spec.optimizer, model, batch_size)
+    model.to(accel.device)
+    return model, make_optimizer(spec.optimizer, model, batch_size)
+
+
+def samples_to_accuracy_once(
+    spec: EstimateSpec,
+    task: Task,
+    batch_size: int,
+    seed: int,
+    reporter: Reporter | None,
+    accel: Accelerator | None = None,
+) -> int | None:
+    """Train one (batch size, seed); the samples at the first evaluation at the target."""
+    accel = accel or resolve(spec.device, spec.precision)
+    model, optimizer = _prepare(spec, task, batch_size, seed, accel)
     state = train_to_target(
         model,
         optimizer,
@@ -60,6 +85,8 @@ def samples_to_accuracy_once(
         eval_interval_samples=spec.eval_interval_samples,
         seed=seed,
         eval_samples=spec.eval_samples,
+        accel=accel,
+        scaler=accel.grad_scaler(),
         on_eval=(
             (
                 lambda s: reporter.advance(
@@ -83,26 +110,105 @@ def median_samples(runs: list[int | None]) -> float | None:
     return None if value == float("inf") else value
 
 
+def run_bytes(spec: EstimateSpec, task: Task, accel: Accelerator) -> int:
+    """Device memory one run needs: a probe step at the largest batch size, plus a context."""
+    batch_size = max(spec.batch_sizes)
+    model, optimizer = _prepare(spec, task, batch_size, spec.seeds[0], accel)
+    with peak_memory(accel) as peak:
+        model.train()
+        x, y = task.batch(0, batch_size, spec.seeds[0], accel.device)
+        train_step(model, optimizer, x, y, accel, accel.grad_scaler())
+        train_step(model, optimizer, x, y, accel, accel.grad_scaler())  # optimizer state exists
+        accel.synchronize()
+    task_bytes = task.nbytes if task.device.type == "cuda" else 0
+    del model, optimizer, x, y
+    torch.cuda.empty_cache()  # hand the probe's cached blocks back before workers start
+    return peak[0] + task_bytes + CUDA_CONTEXT_BYTES
+
+
+def parallel_runs(spec: EstimateSpec, task: Task, accel: Accelerator, runs: int) -> int:
+    """How many runs train side by side: the flag, else what free CUDA memory holds, else 1."""
+    if spec.parallel:
+        return min(spec.parallel, runs)
+    if not accel.is_cuda or runs == 1:
+        return 1
+    free_bytes, _total = torch.cuda.mem_get_info(accel.device)
+    fits = int(free_bytes * FREE_MEMORY_SHARE) // max(run_bytes(spec, task, accel), 1)
+    # Each process also needs a CPU core to launch its kernels.
+    return max(1, min(runs, fits, os.cpu_count() or 1))
+
+
+def _run_in_worker(spec_json: str, batch_size: int, seed: int, threads: int) -> int | None:
+    """One (batch size, seed) in a worker process (top level so it pickles)."""
+    torch.set_num_threads(threads)
+    spec = EstimateSpec.model_validate_json(spec_json)
+    accel = resolve(spec.device, spec.precision)
+    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
+    return samples_to_accuracy_once(spec, task, batch_size, seed, None, accel)
+
+
+def _run_parallel(
+    spec: EstimateSpec, runs: list[tuple[int, int]], workers: int, reporter: Reporter | None
+) -> dict[tuple[int, int], int | None]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    if reporter:
+        reporter.start(f"estimate ({workers} runs side by side)", len(runs), parallel=workers)
+    out: dict[tuple[int, int], int | None] = {}
+    # spawn: a forked process inherits a CUDA context it cannot use, and torch's thread pools.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {
+            pool.submit(_run_in_worker, spec.model_dump_json(), b, seed, threads): (b, seed)
+            for b, seed in runs
+        }
+        for future in as_completed(futures):
+            b, seed = futures[future]
+            out[(b, seed)] = future.result()
+            if reporter:
+                reporter.advance(len(out), f"b={b} seed={seed}", batch_size=b, seed=seed)
+                reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=out[(b, seed)])
+    return out
+
+
 def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> EfficiencyVector:
     """Train every batch size (and seed) to the target; the efficiency vector of the contract."""
     configure_threads()
-    task = load_task(spec.dataset, spec.dataset_limit)
-    samples: list[float | None] = []
-    for b in spec.batch_sizes:
-        runs = []
-        for seed in spec.seeds:
+    accel = resolve(spec.device, spec.precision)
+    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
+    runs = [(b, seed) for b in spec.batch_sizes for seed in spec.seeds]
+    workers = parallel_runs(spec, task, accel, len(runs))
+    if reporter:
+        reporter.event(
+            "device", device=accel.label, precision=accel.precision.value, parallel=workers
+        )
+    if workers > 1:
+        del task  # the workers load their own copy
+        if accel.is_cuda:
+            torch.cuda.empty_cache()
+        results = _run_parallel(spec, runs, workers, reporter)
+    else:
+        results = {}
+        for b, seed in runs:
             if reporter:
                 reporter.start(
                     f"estimate b={b} seed={seed}", spec.sample_budget, batch_size=b, seed=seed
                 )
-            runs.append(samples_to_accuracy_once(spec, task, b, seed, reporter))
+            results[(b, seed)] = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
             if reporter:
-                reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=runs[-1])
-        samples.append(median_samples(runs))
-    return EfficiencyVector.from_samples(
+                reporter.event(
+                    "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)]
+                )
+    samples = [
+        median_samples([results[(b, seed)] for seed in spec.seeds]) for b in spec.batch_sizes
+    ]
+    vector = EfficiencyVector.from_samples(
         model=spec.model,
         dataset=spec.dataset,
         target_accuracy=spec.target_accuracy,
         batch_sizes=spec.batch_sizes,
         samples_to_accuracy=samples,
     )
+    return vector.model_copy(update={"device": accel.label, "precision": accel.precision.value})

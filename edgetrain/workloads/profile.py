@@ -14,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import ProfileMetadata, ProfilePoint
-from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
 from edgetrain.device.sim import TwinWorkload
 from edgetrain.planner import baseline_column, frontier_order
 from edgetrain.planner.predict import PredictionReport
+from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.device_session import DeviceSession
 from edgetrain.workloads.models import is_text_model
 from edgetrain.workloads.progress import Reporter
@@ -61,6 +62,8 @@ class ProfileSpec(BaseModel):
     predict_seed: int = 0
     margin_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9
     predict_epochs: Annotated[int, Field(ge=1)] = 100
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
+    precision: Precision = Precision.fp32
 
 
 class ProfileRun(BaseModel):
@@ -81,9 +84,11 @@ class Profiler:
     def __init__(self, spec: ProfileSpec, session: DeviceSession, task: Task) -> None:
         self.spec = spec
         self.session = session
-        self.task = task
-        self.torch_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = make_model(spec.model, task).to(self.torch_device)
+        self.accel = resolve(spec.device, spec.precision)
+        self.task = task.to(self.accel.device)
+        self.model = make_model(spec.model, task).to(self.accel.device)
+        self.model.train()
+        self._scaler = self.accel.grad_scaler()
         self._optimizers: dict[int, torch.optim.Optimizer] = {}
         self._stream_position = 0
 
@@ -92,13 +97,12 @@ class Profiler:
         optimizer = self._optimizers.setdefault(
             batch_size, make_optimizer(OptimizerSpec(), self.model, batch_size)
         )
-        x, y = self.task.batch(self._stream_position, batch_size, seed=0)
+        x, y = self.task.batch(self._stream_position, batch_size, 0, self.accel.device)
         self._stream_position += batch_size
-        x, y = x.to(self.torch_device), y.to(self.torch_device)
+        self.accel.synchronize()  # the batch copy is not the step's time
         start = time.perf_counter()
-        train_step(self.model, optimizer, x, y)
-        if self.torch_device.type == "cuda":
-            torch.cuda.synchronize()
+        train_step(self.model, optimizer, x, y, self.accel, self._scaler)
+        self.accel.synchronize()
         return time.perf_counter() - start
 
     def measure(self, batch_size: int, gpu_freq_hz: int) -> ProfilePoint:
@@ -235,4 +239,6 @@ def _metadata(
         grid_points=len(batches) * len(freqs),
         duration_s=time.monotonic() - started,
         simulated=session.simulated,
+        device=resolve(spec.device, spec.precision).label,
+        precision=spec.precision.value,
     )

@@ -10,7 +10,8 @@ from typing import Annotated, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
+from edgetrain.workloads.accel import Accelerator, resolve, restore_rng_state, rng_state
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
     TrainState,
@@ -41,10 +42,13 @@ class TrainSpec(BaseModel):
     eval_samples: Annotated[int, Field(gt=0)] | None = 2000
     seed: int = 0
     dataset_limit: Annotated[int, Field(gt=0)] | None = None
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
+    precision: Precision = Precision.fp32
 
     def key(self) -> str:
-        """Identifies the run a checkpoint belongs to."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """Identifies the run a checkpoint belongs to (any device or precision may resume it)."""
+        identity = self.model_dump_json(exclude={"device", "precision"})
+        return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 class DeviceUsage(BaseModel):
@@ -97,16 +101,21 @@ class TrainResult(BaseModel):
     resumed_from_samples: int
     usage: DeviceUsage
     curve: list[tuple[int, float]]
+    device: str | None = None  # where this segment trained: cpu, cuda:N
+    precision: str | None = None
 
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint in the folder belongs to a different run."""
 
 
-def _load_checkpoint(path: Path, spec: TrainSpec) -> dict[str, object] | None:
+def load_checkpoint(
+    path: Path, spec: TrainSpec, device: torch.device | str = "cpu"
+) -> dict[str, object] | None:
+    """A checkpoint of this run with every tensor mapped to `device`, whichever device wrote it."""
     if not path.is_file():
         return None
-    data: dict[str, object] = torch.load(path, map_location="cpu", weights_only=False)
+    data: dict[str, object] = torch.load(path, map_location=device, weights_only=False)
     if data.get("spec_key") != spec.key():
         raise CheckpointMismatchError(
             f"{path} belongs to a different training run (spec {data.get('spec_key')}, this run"
@@ -123,34 +132,43 @@ def train(
 ) -> TrainResult:
     """Train (or resume) to the target or the budget, checkpointing at every evaluation."""
     configure_threads()
+    accel: Accelerator = resolve(spec.device, spec.precision)
     meter = meter or WallClockMeter()
-    task = load_task(spec.dataset, spec.dataset_limit)
+    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
     torch.manual_seed(spec.seed)
     model = make_model(spec.model, task)
     if spec.weights is not None:
         load_pretrained(model, spec.weights)
+    model.to(accel.device)
     optimizer = make_optimizer(spec.optimizer, model, spec.batch_size)
+    scaler = accel.grad_scaler()
     ckpt_path = checkpoint_dir / CHECKPOINT_NAME
     state = TrainState()
-    saved = _load_checkpoint(ckpt_path, spec)
+    saved = load_checkpoint(ckpt_path, spec, accel.device)
     if saved is not None:
         model.load_state_dict(saved["model"])  # type: ignore[arg-type]
+        # Optimizer.load_state_dict casts its state to each parameter's device.
         optimizer.load_state_dict(saved["optimizer"])  # type: ignore[arg-type]
-        torch.set_rng_state(saved["rng"])  # type: ignore[arg-type]
+        restore_rng_state(saved["rng"], accel)
+        if scaler is not None and saved.get("scaler"):
+            scaler.load_state_dict(saved["scaler"])  # type: ignore[arg-type]
         state = TrainState(**saved["state"])  # type: ignore[arg-type]
         meter.restore(DeviceUsage.model_validate(saved["usage"]))
     resumed_from = state.samples
     if reporter:
         reporter.start(
-            f"train {spec.model} b={spec.batch_size} on {spec.dataset}",
+            f"train {spec.model} b={spec.batch_size} on {spec.dataset} ({accel.label})",
             spec.sample_budget,
             resumed_from_samples=resumed_from,
+            device=accel.label,
+            precision=accel.precision.value,
         )
 
     last = time.perf_counter()
 
     def on_step(_state: TrainState, batch_size: int) -> None:
         nonlocal last
+        accel.synchronize()  # the step's kernels are done before the clock is read
         now = time.perf_counter()
         meter.step(batch_size, now - last)
         last = now
@@ -161,7 +179,9 @@ def train(
                 "spec_key": spec.key(),
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
+                "rng": rng_state(accel),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "device": accel.label,
                 "state": {
                     "samples": s.samples,
                     "accuracy": s.accuracy,
@@ -179,10 +199,12 @@ def train(
                 f"acc {s.accuracy:.3f}",
                 samples=s.samples,
                 accuracy=s.accuracy,
+                device=accel.label,
+                precision=accel.precision.value,
                 **usage.model_dump(),
             )
         nonlocal last
-        last = time.perf_counter()  # evaluation time is not training time
+        last = time.perf_counter()  # evaluation time is not training time (it synchronised)
 
     state = train_to_target(
         model,
@@ -197,6 +219,8 @@ def train(
         state=state,
         on_step=on_step,
         on_eval=on_eval,
+        accel=accel,
+        scaler=scaler,
     )
     return TrainResult(
         samples=state.samples,
@@ -205,4 +229,6 @@ def train(
         resumed_from_samples=resumed_from,
         usage=meter.usage(),
         curve=state.curve,
+        device=accel.label,
+        precision=accel.precision.value,
     )

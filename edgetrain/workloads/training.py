@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,9 +16,13 @@ from torch import nn
 
 from edgetrain.api.training import OptimizerName, OptimizerSpec
 from edgetrain.workloads import datasets
+from edgetrain.workloads.accel import CPU, Accelerator
 from edgetrain.workloads.models import build_model
 
 TEXT_SEQ_LEN = 64
+# Data sets up to this size live on the accelerator for the whole run (ours are all smaller);
+# larger ones stay in pinned host memory and each minibatch is copied over.
+DEVICE_RESIDENT_MAX_BYTES = 1 << 30
 
 
 def configure_threads() -> None:
@@ -42,23 +48,70 @@ class Task:
         """Number of training samples (images or text windows)."""
         return int(self.x_train.shape[0])
 
-    def batch(self, start_sample: int, batch_size: int, seed: int) -> tuple[torch.Tensor, ...]:
-        """The samples [start, start + b) of the seeded, epoch-wise shuffled training stream."""
-        return tuple(
-            t[sample_indices(start_sample, batch_size, self.train_size, seed)]
-            for t in (self.x_train, self.y_train)
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all four tensors."""
+        return sum(
+            t.element_size() * t.nelement()
+            for t in (self.x_train, self.y_train, self.x_test, self.y_test)
         )
+
+    @property
+    def device(self) -> torch.device:
+        """Where the training tensors live."""
+        return self.x_train.device
+
+    def to(self, device: torch.device, max_resident_bytes: int = DEVICE_RESIDENT_MAX_BYTES) -> Task:
+        """The task held on `device` once (small sets), or pinned on the host for copying."""
+        if self.device == device:
+            return self
+        resident = device.type == "cpu" or self.nbytes <= max_resident_bytes
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device) if resident else t.pin_memory()
+
+        return dataclasses.replace(
+            self,
+            x_train=move(self.x_train),
+            y_train=move(self.y_train),
+            x_test=move(self.x_test),
+            y_test=move(self.y_test),
+        )
+
+    def batch(
+        self, start_sample: int, batch_size: int, seed: int, device: torch.device | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples [start, start + b) of the seeded, epoch-wise shuffled training stream."""
+        index = sample_indices(start_sample, batch_size, self.train_size, seed)
+        if self.device.type != "cpu":
+            index = index.to(self.device, non_blocking=True)
+        x, y = self.x_train[index], self.y_train[index]
+        if device is not None and x.device != device:
+            # Host-resident set (too large for the device): gathered rows are copied per batch.
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        return x, y
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_permutation(seed: int, epoch: int, train_size: int) -> NDArray[np.int64]:
+    # Drawing a permutation of 60,000 per minibatch cost more than a small model's step.
+    perm = np.random.default_rng([seed, epoch]).permutation(train_size)
+    perm.setflags(write=False)
+    return perm
 
 
 def sample_indices(start_sample: int, batch_size: int, train_size: int, seed: int) -> torch.Tensor:
     """Indices of stream positions [start, start + b): epoch e is permutation(seed, e)."""
+    first_epoch, first_offset = divmod(start_sample, train_size)
+    if first_offset + batch_size <= train_size:  # the common case: within one epoch
+        perm = _epoch_permutation(seed, first_epoch, train_size)
+        return torch.from_numpy(perm[first_offset : first_offset + batch_size].copy())
     positions = np.arange(start_sample, start_sample + batch_size)
     epochs, offsets = np.divmod(positions, train_size)
     out = np.empty(batch_size, dtype=np.int64)
     for epoch in np.unique(epochs):
-        perm = np.random.default_rng([seed, int(epoch)]).permutation(train_size)
         mask = epochs == epoch
-        out[mask] = perm[offsets[mask]]
+        out[mask] = _epoch_permutation(seed, int(epoch), train_size)[offsets[mask]]
     return torch.from_numpy(out)
 
 
@@ -113,29 +166,48 @@ def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
-) -> float:
-    """One minibatch: forward, backward, update; returns the loss."""
-    model.train()
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    accel: Accelerator = CPU,
+    scaler: torch.amp.GradScaler | None = None,
+) -> torch.Tensor:
+    """One minibatch: forward (autocast), backward, update; the loss, left on the device.
+
+    The model must be in training mode. The loss is not read back (`.item()` would wait for
+    the device every step); callers that want the number pay that sync themselves.
+    """
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_of(model, x, y)
-    loss.backward()  # type: ignore[no-untyped-call]
-    optimizer.step()
-    return float(loss.detach())
+    with accel.autocast():
+        loss = loss_of(model, x, y)
+    if scaler is not None:
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    return loss.detach()
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, task: Task, max_samples: int | None = None) -> float:
+def evaluate(
+    model: nn.Module, task: Task, max_samples: int | None = None, accel: Accelerator = CPU
+) -> float:
     """Accuracy on (the first `max_samples` of) the fixed test split; per character for text."""
     model.eval()
     n = task.x_test.shape[0] if max_samples is None else min(max_samples, task.x_test.shape[0])
-    correct = total = 0
+    correct = torch.zeros((), dtype=torch.int64, device=accel.device)
+    total = 0
     for start in range(0, n, 512):
         x, y = task.x_test[start : min(n, start + 512)], task.y_test[start : min(n, start + 512)]
-        pred = model(x).argmax(dim=-1)
-        correct += int((pred == y).sum())
+        x, y = x.to(accel.device, non_blocking=True), y.to(accel.device, non_blocking=True)
+        with accel.autocast():
+            pred = model(x).argmax(dim=-1)
+        correct += (pred == y).sum()
         total += y.numel()
-    return correct / max(total, 1)
+    return int(correct) / max(total, 1)
 
 
 @dataclass
@@ -168,23 +240,28 @@ def train_to_target(
     state: TrainState | None = None,
     on_step: StepHook | None = None,
     on_eval: EvalHook | None = None,
+    accel: Accelerator = CPU,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> TrainState:
     """Train until the test accuracy reaches the target or the sample budget is spent.
 
     Evaluates whenever the sample count crosses a multiple of `eval_interval_samples`, so the
     samples-to-accuracy of different batch sizes are measured on the same grid. Callers seed
-    torch (or restore its RNG state when resuming); the data order depends only on `seed`.
+    torch (or restore its RNG state when resuming) and put the model, optimizer state and
+    (ideally) the task on `accel.device`; the data order depends only on `seed`.
     """
     state = state or TrainState()
     next_eval = (state.samples // eval_interval_samples + 1) * eval_interval_samples
+    model.train()
     while not state.reached_target and state.samples < sample_budget:
-        x, y = task.batch(state.samples, batch_size, seed)
-        train_step(model, optimizer, x, y)
+        x, y = task.batch(state.samples, batch_size, seed, accel.device)
+        train_step(model, optimizer, x, y, accel, scaler)
         state.samples += batch_size
         if on_step:
             on_step(state, batch_size)
         if state.samples >= next_eval or state.samples >= sample_budget:
-            state.accuracy = evaluate(model, task, eval_samples)
+            state.accuracy = evaluate(model, task, eval_samples, accel)
+            model.train()
             state.curve.append((state.samples, state.accuracy))
             state.reached_target = state.accuracy >= target_accuracy
             next_eval = (state.samples // eval_interval_samples + 1) * eval_interval_samples

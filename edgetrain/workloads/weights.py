@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from edgetrain.api.io import write_text_atomic
-from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.training import OptimizerSpec, Precision
+from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
     configure_threads,
@@ -84,15 +85,25 @@ def save_state_atomic(state: object, path: Path) -> None:
         raise
 
 
-def pretrain(spec: PretrainSpec, reporter: Reporter | None = None) -> Path:
-    """Train the recipe once and cache it; later calls return the cached file."""
+def pretrain(
+    spec: PretrainSpec,
+    reporter: Reporter | None = None,
+    *,
+    device: str = "auto",
+    precision: Precision = Precision.fp32,
+) -> Path:
+    """Train the recipe once and cache it; later calls return the cached file.
+
+    The device and precision are not part of the recipe: cached weights serve every device.
+    """
     path = weights_path(spec)
+    accel = resolve(device, precision)  # a bad choice fails even when the weights are cached
     if path.is_file():
         return path
     configure_threads()
-    task = load_task(spec.dataset, spec.dataset_limit)
+    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
     torch.manual_seed(spec.seed)
-    model = make_model(spec.model, task)
+    model = make_model(spec.model, task).to(accel.device)
     optimizer = make_optimizer(spec.optimizer, model, spec.batch_size)
     if reporter:
         reporter.start(f"pretrain {spec.model} on {spec.dataset}", spec.samples)
@@ -106,13 +117,16 @@ def pretrain(spec: PretrainSpec, reporter: Reporter | None = None) -> Path:
         eval_interval_samples=max(spec.samples // 5, spec.batch_size),
         seed=spec.seed,
         eval_samples=2000,
+        accel=accel,
+        scaler=accel.grad_scaler(),
         on_eval=(
             (lambda s: reporter.advance(s.samples, f"acc {s.accuracy:.3f}", accuracy=s.accuracy))
             if reporter
             else None
         ),
     )
-    save_state_atomic(model.state_dict(), path)
+    # Saved from the CPU so the file loads anywhere without a map_location.
+    save_state_atomic({k: v.cpu() for k, v in model.state_dict().items()}, path)
     info = WeightsInfo(spec=spec, sha256=file_sha256(path), test_accuracy=state.accuracy)
     write_text_atomic(path.with_suffix(".json"), info.model_dump_json(indent=2))
     return path

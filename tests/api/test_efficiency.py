@@ -92,3 +92,11 @@ def test_bad_efficiency_names_the_field(text: str, field: str | None, fragment: 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         read_efficiency(tmp_path / "none.json")
+
+
+def test_device_and_precision_are_optional() -> None:
+    old = parse_efficiency_json(_doc())
+    assert old.device is None and old.precision is None
+    new = parse_efficiency_json(_doc(device="cuda:0", precision="bf16"))
+    assert (new.device, new.precision) == ("cuda:0", "bf16")
+    assert json.loads(new.model_dump_json())["device"] == "cuda:0"

@@ -115,3 +115,85 @@ def test_cache_keys_are_stable_and_distinct() -> None:
     other = SPEC.model_copy(update={"dataset": SPEC.dataset.model_copy(update={"name": "mnist"})})
     assert a != mf.profile_key(other, "jetson-nano", "32.7.1")
     assert mf.weights_identity(SPEC) is None
+
+
+def test_estimate_requests_a_gpu_and_every_pod_passes_the_device() -> None:
+    settings = load_settings({})
+    job = mf.estimate_job(PATJ, SPEC, settings, key="k1", attempt=0)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    args = _args(job)
+    assert args[args.index("--device") + 1] == "auto"
+    assert args[args.index("--precision") + 1] == "fp32"
+    ds = mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano", node="n1",
+                              l4t=None, key="pk")
+    train = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                         gpu_frequency_hz=614400000, attempt=0, ckpt_dir="/c")
+    for obj in (ds, train):  # Jetsons reach the GPU through the container runtime, no request
+        pod_container = obj["spec"]["template"]["spec"]["containers"][0]
+        assert "resources" not in pod_container
+        assert _args(obj)[_args(obj).index("--device") + 1] == "auto"
+
+
+def test_gpu_request_is_configurable_and_absent_at_zero_or_on_cpu() -> None:
+    two = mf.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "2"}),
+                          key="k", attempt=0)
+    assert two["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "2"
+    }
+    none = mf.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "0"}),
+                           key="k", attempt=0)
+    assert "resources" not in none["spec"]["template"]["spec"]["containers"][0]
+    cpu_spec = PowerAwareTrainingJobSpec.model_validate(
+        {**SPEC.model_dump(by_alias=True), "compute": {"device": "cpu"}}
+    )
+    on_cpu = mf.estimate_job(PATJ, cpu_spec, load_settings({}), key="k", attempt=0)
+    assert "resources" not in on_cpu["spec"]["template"]["spec"]["containers"][0]
+    assert _args(on_cpu)[_args(on_cpu).index("--device") + 1] == "cpu"
+
+
+def test_precision_changes_cache_keys_only_when_not_fp32() -> None:
+    from edgetrain.api.job import efficiency_cache_key
+
+    bf16 = PowerAwareTrainingJobSpec.model_validate(
+        {**SPEC.model_dump(by_alias=True), "compute": {"precision": "bf16"}}
+    )
+    same = PowerAwareTrainingJobSpec.model_validate(
+        {**SPEC.model_dump(by_alias=True), "compute": {"device": "auto", "precision": "fp32"}}
+    )
+    assert efficiency_cache_key(same, None) == efficiency_cache_key(SPEC, None)
+    assert efficiency_cache_key(bf16, None) != efficiency_cache_key(SPEC, None)
+    assert mf.profile_key(bf16, "jetson-nano", None) != mf.profile_key(SPEC, "jetson-nano", None)
+    assert mf.profile_key(same, "jetson-nano", None) == mf.profile_key(SPEC, "jetson-nano", None)
+
+
+def test_jetson_pods_get_the_runtime_class_when_set() -> None:
+    settings = load_settings({"EDGETRAIN_OPERATOR_JETSON_RUNTIME_CLASS": "nvidia"})
+    ds = mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano", node="n1",
+                              l4t=None, key="pk")
+    train = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                         gpu_frequency_hz=614400000, attempt=0, ckpt_dir="/c")
+    for obj in (ds, train):
+        assert obj["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    est = mf.estimate_job(PATJ, SPEC, settings, key="k", attempt=0)
+    assert "runtimeClassName" not in est["spec"]["template"]["spec"]
+    default = mf.train_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_JETSON_RUNTIME_CLASS":
+                                                      "none"}), node="n1", batch_size=16,
+                           gpu_frequency_hz=1, attempt=0, ckpt_dir="/c")
+    assert "runtimeClassName" not in default["spec"]["template"]["spec"]
+
+
+def test_pretrain_in_the_worker_uses_the_jobs_compute_choice() -> None:
+    import json
+
+    spec = PowerAwareTrainingJobSpec.model_validate(
+        {
+            **SPEC.model_dump(by_alias=True),
+            "model": {"architecture": "resnet8-w025", "pretrain": {"dataset": "fashion-mnist"}},
+            "compute": {"device": "cpu", "precision": "bf16"},
+        }
+    )
+    args = _args(mf.estimate_job(PATJ, spec, load_settings({}), key="k", attempt=0))
+    recipe = json.loads(args[args.index("--pretrain") + 1])
+    assert recipe["device"] == "cpu" and recipe["precision"] == "bf16"
+    assert recipe["dataset"] == "fashion-mnist" and recipe["model"] == "resnet8-w025"

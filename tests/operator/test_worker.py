@@ -90,3 +90,20 @@ def test_carry_weights(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cmd", [[]])
 def test_no_command(cmd: list[str]) -> None:
     assert run_worker(cmd, namespace="ns") == 2
+
+
+def test_pretrain_recipe_with_compute_choice_makes_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    seen = tmp_path / "argv.txt"
+    recipe = {"model": "resnet8-w025", "dataset": "digits", "samples": 64,
+              "device": "cpu", "precision": "bf16"}
+    code = run_worker(
+        [sys.executable, "-c", f"import sys; open({str(seen)!r}, 'w').write(sys.argv[-1])"],
+        namespace="ns",
+        pretrain=recipe,
+    )
+    assert code == 0
+    weights = Path(seen.read_text())
+    assert weights.is_file() and weights.parent == tmp_path / "cache" / "weights"

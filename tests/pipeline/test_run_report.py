@@ -33,7 +33,7 @@ spec:
 """
 
 
-def _run(job: Path, tmp: Path, report: Path) -> subprocess.CompletedProcess[str]:
+def _run(job: Path, tmp: Path, report: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(tmp / "cache")}
     return subprocess.run(
         [
@@ -47,6 +47,7 @@ def _run(job: Path, tmp: Path, report: Path) -> subprocess.CompletedProcess[str]
             "--workdir",
             str(tmp / "work"),
             "--json-progress",
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -64,6 +65,12 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
     assert outcome.simulated and outcome.device_model == "jetson-nano"
     assert outcome.plan.within_limit and outcome.plan.power_w <= 2.45
     assert outcome.training.reached_target
+    import torch
+
+    expected_device = "cuda:0" if torch.cuda.is_available() else "cpu"  # spec default: auto
+    assert outcome.device == outcome.training.device == expected_device
+    assert outcome.precision == "fp32" and outcome.efficiency.device == outcome.device
+    assert outcome.profile_metadata.device == outcome.device
     assert outcome.training.usage.simulated and (outcome.training.usage.energy_j or 0) > 0
     assert not outcome.efficiency_phase.cached and not outcome.profile_phase.cached
     assert outcome.profile_metadata.measured_points <= outcome.profile_metadata.grid_points
@@ -89,6 +96,15 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
         outcome.plan.batch_size,
         outcome.plan.gpu_freq_hz,
     )
+
+
+def test_run_with_a_missing_device_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    proc = _run(job, tmp_path, tmp_path / "r", "--device", "cuda:7", "--precision", "bf16")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--device cuda:7" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
 
 
 def test_demo_job_loads() -> None:
