@@ -107,7 +107,7 @@ wheel_dir() {  # arch (x86_64|aarch64), extras ("" or "train")
   local arch="$1" extras="$2"
   local key
   key="$(cat "$ROOT/pyproject.toml" "$ROOT/images/requirements.py" | sha256sum | cut -c1-16)"
-  local dir="$CACHE/wheels/$key-cp311-$arch${extras:+-$extras}"
+  local dir="$CACHE/wheels/$key-cp311-$arch${extras:+-${extras// /-}}"
   if [[ ! -f "$dir/.complete" ]]; then
     local platforms=() i
     for i in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${i}_$arch"); done
@@ -159,7 +159,7 @@ for image in "${IMAGES[@]}"; do
     operator) build operator operator.Dockerfile "$BASE" x86_64 "" ;;
     node-agent) build node-agent node-agent.Dockerfile "$BASE" x86_64 "" ;;
     estimator) build estimator estimator-cuda.Dockerfile "${ESTIMATOR_BASE:-$BASE}" x86_64 train ;;
-    trainer) build trainer trainer-jetson.Dockerfile "${TRAINER_BASE:-}" aarch64 train ;;
+    trainer) build trainer trainer-jetson.Dockerfile "${TRAINER_BASE:-}" aarch64 "train jetson" ;;
     *) die "unknown image $image (operator, node-agent, estimator, trainer)" ;;
   esac
 done
