@@ -29,7 +29,7 @@ REGISTRY="${REGISTRY:-localhost/edgetrain}"
 TAG="${TAG:-$(awk -F'"' '$1 ~ /^version *= */ {print $2; exit}' "$ROOT/pyproject.toml")}"
 
 # Bump when the base's package list or excludes change (the cached tar is keyed by it).
-BASE_REV=4
+BASE_REV=5
 LOCAL_BASE="localhost/debian-py:bookworm-r$BASE_REV"
 APT_PACKAGES=(podman runc)
 
@@ -83,6 +83,7 @@ make_local_base() {
     mkdir -p "$(dirname "$tar")"
     log "making the Debian base with mmdebstrap (about a minute)"
     # essential (not minbase): no apt in the image, nothing installs packages at run time.
+    # gconv: glibc's iconv modules (9 MB); Python's codecs do not use them.
     # usrmerge brings full perl (47 MB) for a one-off conversion: purged once the tree is
     # made, with usr-is-merged standing in for it in init-system-helpers' dependency.
     mmdebstrap --quiet --format=tar --variant=essential --include=python3,python3-venv,ca-certificates,libstdc++6,usr-is-merged \
@@ -93,6 +94,7 @@ make_local_base() {
       --dpkgopt='path-exclude=/usr/share/info/*' \
       --dpkgopt='path-exclude=/usr/share/locale/*' \
       --dpkgopt='path-exclude=/usr/share/lintian/*' \
+      --dpkgopt='path-exclude=/usr/lib/*/gconv/*' \
       --customize-hook='chroot "$1" dpkg --purge usrmerge libfile-find-rule-perl \
           libnumber-compare-perl libtext-glob-perl perl libperl5.36 perl-modules-5.36' \
       bookworm "$tar.tmp" "${mirrors[@]}"
