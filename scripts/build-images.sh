@@ -62,6 +62,10 @@ pick_engine() {
   "$ENGINE" info >/dev/null 2>&1 || die "$ENGINE does not work: $("$ENGINE" info 2>&1 | tail -3)"
 }
 
+can_run_arm64() {
+  [[ "$(uname -m)" == aarch64 ]] || grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64
+}
+
 image_exists() { "$ENGINE" image inspect "$1" >/dev/null 2>&1; }
 
 # A Debian bookworm base with python3 (+venv), made from Debian's packages: no registry needed.
@@ -161,7 +165,16 @@ for image in "${IMAGES[@]}"; do
     operator) build operator operator.Dockerfile "$BASE" x86_64 "" ;;
     node-agent) build node-agent node-agent.Dockerfile "$BASE" x86_64 "" ;;
     estimator) build estimator estimator-cuda.Dockerfile "${ESTIMATOR_BASE:-$BASE}" x86_64 train ;;
-    trainer) build trainer trainer-jetson.Dockerfile "${TRAINER_BASE:-}" aarch64 "train jetson" ;;
+    trainer)
+      # NVIDIA's L4T PyTorch images (the Dockerfile's default) ship Python 3.8 (r35) or 3.10
+      # (r36); edgetrain needs 3.11, so the base must be chosen, not defaulted.
+      [[ -n "${TRAINER_BASE:-}" ]] || die "trainer: set TRAINER_BASE to an arm64 image with" \
+        "Python >= 3.11 and a Jetson build of torch (L4T PyTorch images have Python 3.8/3.10);" \
+        "SKIP_IMAGES=trainer leaves it out"
+      can_run_arm64 || die "trainer: this $(uname -m) host cannot run arm64 programs (no" \
+        "qemu-aarch64 binfmt handler in /proc/sys/fs/binfmt_misc); register qemu-user-static" \
+        "or build on an arm64 machine; SKIP_IMAGES=trainer leaves it out"
+      build trainer trainer-jetson.Dockerfile "$TRAINER_BASE" aarch64 "train jetson" ;;
     *) die "unknown image $image (operator, node-agent, estimator, trainer)" ;;
   esac
 done
