@@ -115,6 +115,8 @@ wheel_dir() {  # arch (x86_64|aarch64), extras ("" or "train")
   key="$(cat "$ROOT/pyproject.toml" "$ROOT/images/requirements.py" | sha256sum | cut -c1-16)"
   local dir="$CACHE/wheels/$key-cp311-$arch${extras:+-${extras// /-}}"
   if [[ ! -f "$dir/.complete" ]]; then
+    "$PYTHON" -m pip --version >/dev/null 2>&1 \
+      || die "$PYTHON has no pip for the wheel cache: set PYTHON (e.g. .venv/bin/python)"
     local platforms=() i
     for i in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${i}_$arch"); done
     platforms+=(--platform "manylinux2014_$arch")

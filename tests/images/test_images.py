@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ def _script(env: dict[str, str], *args: str, timeout_s: float
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     """The operator and node-agent images, built (or brought up to date) by the user's script."""
-    env = dict(os.environ, REGISTRY=REGISTRY,
+    # PYTHON: the wheel cache is filled with this interpreter's pip (Debian's python3 has none).
+    env = dict(os.environ, REGISTRY=REGISTRY, PYTHON=sys.executable,
                CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
     found = _script(env, "--engine-only", timeout_s=600)
     if found.returncode != 0:
