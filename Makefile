@@ -67,8 +67,11 @@ SKIP_IMAGES ?=
 IMAGE_ENV = REGISTRY=$(REGISTRY) TAG=$(TAG) CONTAINER_ENGINE=$(CONTAINER_ENGINE) \
 	PYTHON=$(if $(wildcard $(BIN)/python),$(abspath $(BIN)/python),$(PYTHON))
 .PHONY: images images-core container-engine
+# Outside CI a machine where no engine can be installed (not root, no apt) still gets the
+# other tests; tests/images then skips with the reason. In CI this must succeed.
 container-engine:
-	$(IMAGE_ENV) bash scripts/build-images.sh --engine-only
+	@$(IMAGE_ENV) bash scripts/build-images.sh --engine-only || { [ -z "$$CI" ] && \
+		echo "container-engine: none installed; tests/images will be skipped"; }
 
 images-core:
 	$(IMAGE_ENV) bash scripts/build-images.sh operator node-agent
