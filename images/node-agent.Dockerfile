@@ -1,17 +1,31 @@
-# edgetrain node agent: `edgetrain node-agent` (DaemonSet on Jetson nodes, privileged, /sys hostPath).
-# Slim on purpose: the agent needs no PyTorch, so the package goes in without its heavy deps.
-# Multi-arch: build for linux/arm64 (Jetson); amd64 works for twins and CI.
-FROM python:3.11-slim-bookworm
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY edgetrain ./edgetrain
-RUN pip install --no-deps . \
- && pip install "numpy>=1.26" "pydantic>=2.6" "typer>=0.12" "rich>=13.7" "httpx>=0.27" \
-        "cryptography>=42" "pyyaml>=6" "prometheus-client>=0.20" \
- && python -c "import edgetrain.node_agent" \
- && rm -rf /src
-WORKDIR /
+# edgetrain node agent: `edgetrain node-agent` (DaemonSet on Jetson nodes, /sys hostPath).
+# No PyTorch: the package goes in without its `train` extra. Multi-arch: linux/arm64 for
+# Jetsons; amd64 serves twins and CI.
+#   docker build -f images/node-agent.Dockerfile .                  (python:3.11-slim, PyPI)
+#   scripts/build-images.sh node-agent      (podman, local Debian base, cached wheels)
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
+# Options for every pip call, e.g. "--no-index --find-links /wheels" (build-images.sh).
+ARG PIP_OPTIONS=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/venv
+# Dependencies in their own layer: a source change reuses it. Pruned: the Kubernetes client's
+# asyncio copy (66 MB; edgetrain uses the sync client, kopf its own aiohttp) and numpy's tests.
+COPY pyproject.toml images/requirements.py /src/
+RUN python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
+ && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt \
+ && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
+           /opt/venv/lib/python3*/site-packages/numpy/*/tests
+COPY README.md /src/
+COPY edgetrain /src/edgetrain
+RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps /src \
+ && /opt/venv/bin/python -c "import edgetrain.node_agent.agent" \
+ && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools wheel
+
+FROM ${BASE}
+ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY --from=build /opt/venv /opt/venv
 # Root: writing devfreq min_freq/max_freq needs it (the chart runs the pod privileged).
 EXPOSE 9400
 ENTRYPOINT ["edgetrain", "node-agent"]
