@@ -15,6 +15,7 @@ from edgetrain.api.efficiency import write_efficiency
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec
 from edgetrain.cli.common import exit_codes, stderr, stdout
+from edgetrain.pipeline.validate import check_workload_options
 from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
 
@@ -54,19 +55,21 @@ def pretrain_command(
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Pretrain a model and cache the weights by recipe hash; prints the weights path."""
-    from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
+    with exit_codes():
+        check_workload_options(model, dataset, [batch_size], dataset_limit)
+        from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
 
-    spec = PretrainSpec(
-        model=model,
-        dataset=dataset,
-        samples=samples,
-        batch_size=batch_size,
-        optimizer=OptimizerSpec(learning_rate=learning_rate, reference_batch_size=batch_size),
-        seed=seed,
-        dataset_limit=dataset_limit,
-    )
-    with exit_codes(), Reporter(json_lines=json_progress) as reporter:
-        path = pretrain(spec, reporter)
+        spec = PretrainSpec(
+            model=model,
+            dataset=dataset,
+            samples=samples,
+            batch_size=batch_size,
+            optimizer=OptimizerSpec(learning_rate=learning_rate, reference_batch_size=batch_size),
+            seed=seed,
+            dataset_limit=dataset_limit,
+        )
+        with Reporter(json_lines=json_progress) as reporter:
+            path = pretrain(spec, reporter)
     info = describe(path)
     stderr.print(f"weights: {path} (test accuracy {info.get('test_accuracy', float('nan')):.3f})")
     typer.echo(str(path))
@@ -92,14 +95,22 @@ def estimate_command(
     dataset_limit: Annotated[int | None, typer.Option(help="Use a fixed subset.")] = None,
     json_progress: JsonProgressOpt = None,
 ) -> None:
-    """Train each batch size to the target on the proxy set; write the efficiency vector."""
-    from edgetrain.workloads.estimate import EstimateSpec, estimate
+    """Train each batch size to the target on the proxy set; write the efficiency vector.
 
+    Exit codes: 0 written, 2 bad input or no batch size reached the target (raise the budget or
+    lower the target; the message gives the best accuracy per batch size).
+    """
     with exit_codes():
+        sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        check_workload_options(model, dataset, sizes, dataset_limit)
+        if weights is not None and not weights.is_file():
+            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        from edgetrain.workloads.estimate import EstimateSpec, estimate
+
         spec = EstimateSpec(
             model=model,
             dataset=dataset,
-            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            batch_sizes=sizes,
             target_accuracy=target_accuracy,
             optimizer=_optimizer(optimizer, learning_rate, reference_batch_size, lr_scaling),
             weights=weights,
@@ -109,8 +120,6 @@ def estimate_command(
             seeds=parse_int_list(seeds, "--seeds"),
             dataset_limit=dataset_limit,
         )
-        if weights is not None and not weights.is_file():
-            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         with Reporter(json_lines=json_progress) as reporter:
             vector = estimate(spec, reporter)
             write_efficiency(output, vector)
@@ -179,6 +188,7 @@ def train_command(
     from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, TrainSpec, train
 
     with exit_codes():
+        check_workload_options(model, dataset, [batch_size], dataset_limit)
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         spec = TrainSpec(
@@ -301,6 +311,8 @@ def profile_command(
 
     signal.signal(signal.SIGTERM, _terminate)
     with exit_codes():
+        sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        check_workload_options(model, dataset, sizes)
         try:
             chosen = ProfilingStrategy(strategy)
         except ValueError:
@@ -315,7 +327,7 @@ def profile_command(
         spec = ProfileSpec(
             model=model,
             dataset=dataset,
-            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            batch_sizes=sizes,
             gpu_freqs_hz=freqs,
             strategy=chosen,
             power_limit_w=power_limit,

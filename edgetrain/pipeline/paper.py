@@ -588,7 +588,7 @@ def run_estimate(
                 batch_size=b,
                 seed=seed,
             )
-        reached = samples_to_accuracy_once(spec, task, b, seed, reporter)
+        reached, _best = samples_to_accuracy_once(spec, task, b, seed, reporter)
         samples.append(None if reached is None else float(reached))
     return EstimateRecord(
         model=workload.model,

@@ -22,21 +22,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.workloads import catalog
 
-IMAGE_SETS = ("fashion-mnist", "mnist", "digits")
-TEXT_SETS = (
-    "austen-emma",
-    "austen-persuasion",
-    "austen-sense",
-    "austen-pride",
-    "austen-mansfield",
-    "austen-northanger",
-    "austen",
-    "moby-dick",
-    "sherlock-holmes",
-    "tom-sawyer",
-    "brown",
-)
+IMAGE_SETS = catalog.IMAGE_SETS
+TEXT_SETS = catalog.TEXT_SETS
 IMAGE_TEST_FRACTION = 0.2
 TEXT_TEST_FRACTION = 0.1
 # The first paper's character vocabulary: English letters, digits, punctuation, space, newline.

@@ -10,6 +10,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.errors import BadInputError
 from edgetrain.api.training import OptimizerSpec
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
@@ -41,10 +42,25 @@ class EstimateSpec(BaseModel):
     dataset_limit: Annotated[int, Field(gt=0)] | None = None
 
 
+class TargetNotReachedError(BadInputError):
+    """No batch size reached the target within the sample budget: the user's budget or target."""
+
+    def __init__(self, spec: EstimateSpec, best: dict[int, float]) -> None:
+        self.best_accuracy = best
+        reached = ", ".join(f"b={b}: {acc:.3f}" for b, acc in best.items())
+        super().__init__(
+            f"no batch size reached target accuracy {spec.target_accuracy:g} on"
+            f" {spec.dataset!r} within {spec.sample_budget} samples (best accuracy {reached});"
+            " raise the sample budget (--sample-budget / budget.estimateSamples) or lower the"
+            " target (--target-accuracy / targetAccuracy)"
+        )
+
+
 def samples_to_accuracy_once(
     spec: EstimateSpec, task: Task, batch_size: int, seed: int, reporter: Reporter | None
-) -> int | None:
-    """Train one (batch size, seed); the samples at the first evaluation at the target."""
+) -> tuple[int | None, float]:
+    """Train one (batch size, seed); the samples at the first evaluation at the target (None
+    if never), and the best accuracy seen."""
     torch.manual_seed(seed)
     model = make_model(spec.model, task)
     if spec.weights is not None:
@@ -74,7 +90,8 @@ def samples_to_accuracy_once(
             else None
         ),
     )
-    return state.samples if state.reached_target else None
+    best = max((acc for _s, acc in state.curve), default=0.0)
+    return (state.samples if state.reached_target else None), best
 
 
 def median_samples(runs: list[int | None]) -> float | None:
@@ -88,17 +105,22 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
     configure_threads()
     task = load_task(spec.dataset, spec.dataset_limit)
     samples: list[float | None] = []
+    best: dict[int, float] = {}
     for b in spec.batch_sizes:
-        runs = []
+        runs: list[int | None] = []
         for seed in spec.seeds:
             if reporter:
                 reporter.start(
                     f"estimate b={b} seed={seed}", spec.sample_budget, batch_size=b, seed=seed
                 )
-            runs.append(samples_to_accuracy_once(spec, task, b, seed, reporter))
+            reached, accuracy = samples_to_accuracy_once(spec, task, b, seed, reporter)
+            runs.append(reached)
+            best[b] = max(best.get(b, 0.0), accuracy)
             if reporter:
                 reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=runs[-1])
         samples.append(median_samples(runs))
+    if all(s is None for s in samples):
+        raise TargetNotReachedError(spec, best)
     return EfficiencyVector.from_samples(
         model=spec.model,
         dataset=spec.dataset,
