@@ -12,7 +12,7 @@ from edgetrain.api.job import PowerAwareTrainingJobSpec, load_job
 from edgetrain.cli.common import exit_codes, stdout
 from edgetrain.cli.plan import render_plan
 from edgetrain.pipeline.dryrun import dry_run as plan_dry_run
-from edgetrain.pipeline.validate import validate_job
+from edgetrain.pipeline.validate import check_output_path, validate_job
 from edgetrain.workloads.progress import Reporter
 
 
@@ -72,6 +72,9 @@ def run_command(
     with exit_codes():
         spec = load_job(job)
         validate_job(spec, job, prefix="spec." if _is_manifest(job) else "")
+        check_output_path(report, "--report", folder=True)
+        if workdir is not None:
+            check_output_path(workdir, "--workdir", folder=True)
         if dry_run:
             _print_dry_run(spec)
             return

@@ -15,7 +15,7 @@ from edgetrain.api.efficiency import write_efficiency
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec
 from edgetrain.cli.common import exit_codes, stderr, stdout
-from edgetrain.pipeline.validate import check_workload_options
+from edgetrain.pipeline.validate import check_output_path, check_workload_options
 from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
 
@@ -103,6 +103,7 @@ def estimate_command(
     with exit_codes():
         sizes = parse_int_list(batch_sizes, "--batch-sizes")
         check_workload_options(model, dataset, sizes, dataset_limit)
+        check_output_path(output, "--output")
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         from edgetrain.workloads.estimate import EstimateSpec, estimate
@@ -189,6 +190,9 @@ def train_command(
 
     with exit_codes():
         check_workload_options(model, dataset, [batch_size], dataset_limit)
+        check_output_path(checkpoint_dir, "--checkpoint-dir", folder=True)
+        if result is not None:
+            check_output_path(result, "--result")
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         spec = TrainSpec(
@@ -313,6 +317,7 @@ def profile_command(
     with exit_codes():
         sizes = parse_int_list(batch_sizes, "--batch-sizes")
         check_workload_options(model, dataset, sizes)
+        check_output_path(output, "--output")
         try:
             chosen = ProfilingStrategy(strategy)
         except ValueError:

@@ -226,3 +226,18 @@ def check_workload_options(model: str, dataset: str, batch_sizes: list[int] | No
             f"{too_big} exceed the {train} training samples of {dataset!r}",
             hint="use smaller batch sizes or a larger --dataset-limit",
         )
+
+
+def check_output_path(path: Path, option: str, *, folder: bool = False) -> None:
+    """Fail before any work when an output (a file, or a `folder`) could not be written."""
+    if folder and path.exists() and not path.is_dir():
+        raise InputError(option, f"{path} exists and is not a folder")
+    if not folder and path.is_dir():
+        raise InputError(option, f"{path} is a folder; give a file name")
+    ancestor = path if folder else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(option, f"{path} cannot be created: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(option, f"{path} cannot be created: {ancestor} is not writable")

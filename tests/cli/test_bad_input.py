@@ -291,6 +291,21 @@ COMMAND_CASES: list[tuple[str, list[str], str]] = [
     ("crds unknown option", ["crds", "--frobnicate"], "--frobnicate"),
     ("train-reference points", ["train-reference", "--points", "3"], "--points"),
     ("unknown command", ["estimat"], "No such command"),
+    ("estimate output is a folder", ["estimate", "--model", "resnet8", "--dataset", "digits",
+                                     "--batch-sizes", "8", "--target-accuracy", "0.5", "-o",
+                                     "{tmp}"], "is a folder"),
+    ("estimate output under a file", ["estimate", "--model", "resnet8", "--dataset", "digits",
+                                      "--batch-sizes", "8", "--target-accuracy", "0.5", "-o",
+                                      "{good_csv}/e.json"], "is not a folder"),
+    ("profile output is a folder", ["profile", "--model", "resnet8", "--dataset", "digits",
+                                    "--batch-sizes", "8", "-o", "{tmp}"], "is a folder"),
+    ("train checkpoint dir is a file", ["train", "--model", "resnet8", "--dataset", "digits",
+                                        "--batch-size", "8", "--target-accuracy", "0.5",
+                                        "--checkpoint-dir", "{good_csv}"], "not a folder"),
+    ("run report is a file", ["run", "--report", "{good_csv}", "{good_job}"], "--report"),
+    ("run dry-run bad report", ["run", "--dry-run", "--report", "{good_csv}", "{good_job}"],
+     "--report"),
+    ("crds output is a file", ["crds", "-o", "{good_csv}"], "not a folder"),
 ]
 
 
@@ -310,6 +325,7 @@ def test_command_rejects_bad_input(
         "good_json": _write(workdir, "good.json", (
             '{"model": "m", "dataset": "d", "target_accuracy": 0.5, "batch_sizes": [64, 128],'
             ' "samples_to_accuracy": [1.0, 2.0], "r": [0.5, 1.0]}')),
+        "good_job": _write(workdir, "job.yaml", yaml.safe_dump(GOOD_SPEC)),
     }
     before = files_under(workdir)
     code, _out, err = invoke([a.format(**names) for a in argv], capsys)
