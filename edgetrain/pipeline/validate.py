@@ -157,6 +157,7 @@ def _standalone_problems(spec: PowerAwareTrainingJobSpec, bad: _Bad) -> None:
             hint="use frontier or full in a job for edgetrain run",
         )
     if board_name is None:
+        _local_device_problems(bad)
         return
     board = BOARDS.get(board_name)
     if board is None:
@@ -181,6 +182,22 @@ def _standalone_problems(spec: PowerAwareTrainingJobSpec, bad: _Bad) -> None:
                 f"{unknown} are not in {board_name}'s GPU table"
                 f" ({', '.join(str(f) for f in board.gpu_freqs_hz)})",
             )
+
+
+def _local_device_problems(bad: _Bad) -> None:
+    # Both lookups only list sysfs folders: cheap, and a non-Jetson fails here, not after an
+    # estimate of many minutes.
+    from edgetrain.device import DeviceError, GpuDevfreq, select_power_sensor
+
+    try:
+        GpuDevfreq.discover(Path("/"))
+        select_power_sensor(Path("/"))
+    except DeviceError as exc:
+        bad(
+            "placement.device",
+            f"'local' needs this machine to be a Jetson, but {exc}",
+            hint="use 'sim:<board>' for a device twin",
+        )
 
 
 def validate_job(

@@ -118,6 +118,7 @@ JOB_FIELD_CASES: list[tuple[str, Any, str]] = [
     ("optimizer.scaling", "cubic", "optimizer.scaling"),
     ("placement.device", "sim:jetson-nanoo", "unknown board 'jetson-nanoo'"),
     ("placement.device", "gpu0", "'sim:<board>' or 'local'"),
+    ("placement.device", "local", "'local' needs this machine to be a Jetson"),
     ("strategy.profiling", "guess", "strategy.profiling"),
     ("strategy.profiling", "predicted", "predicted"),
     ("strategy.objective", "speed", "strategy.objective"),

@@ -90,3 +90,25 @@ def test_carry_weights(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cmd", [[]])
 def test_no_command(cmd: list[str]) -> None:
     assert run_worker(cmd, namespace="ns") == 2
+
+
+def test_bad_input_line_becomes_the_termination_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The workload's last stderr line (its one-line error), not a log tail, ends the pod."""
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv("EDGETRAIN_TERMINATION_LOG", str(log))
+    script = (
+        "import sys\nprint('progress', flush=True)\n"
+        "print('warning: something', file=sys.stderr)\n"
+        "print('error: job.yaml, field \\'spec.dataset.name\\': unknown data set',\n"
+        "      file=sys.stderr)\n"
+        "sys.exit(2)\n"
+    )
+    assert run_worker([sys.executable, "-c", script], namespace="ns") == 2
+    assert log.read_text() == "error: job.yaml, field 'spec.dataset.name': unknown data set"
+    err = capfd.readouterr().err
+    assert "warning: something" in err and "exited with 2" in err  # still in the log
+    log.unlink()
+    assert run_worker(_child([], 0), namespace="ns") == 0
+    assert not log.exists()  # success writes no termination message
