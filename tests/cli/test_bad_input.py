@@ -307,6 +307,20 @@ COMMAND_CASES: list[tuple[str, list[str], str]] = [
     ("run dry-run bad report", ["run", "--dry-run", "--report", "{good_csv}", "{good_job}"],
      "--report"),
     ("crds output is a file", ["crds", "-o", "{good_csv}"], "not a folder"),
+    ("device info root missing", ["device", "info", "--sysfs-root", "{tmp}/nosys"],
+     "--sysfs-root"),
+    ("device info root is a file", ["device", "info", "--sysfs-root", "{good_csv}"],
+     "is not a folder"),
+    ("device sim unknown board", ["device", "sim", "--model", "jetson-nanoo", "--root",
+                                  "{tmp}/tw"], "unknown board"),
+    ("device sim unknown workload", ["device", "sim", "--workload", "vgg", "--root",
+                                     "{tmp}/tw"], "unknown model"),
+    ("device sim bad shape", ["device", "sim", "--workload", "resnet8", "--input-shape",
+                              "3,x,32", "--root", "{tmp}/tw"], "--input-shape"),
+    ("device sim root is a file", ["device", "sim", "--root", "{good_csv}"], "not a folder"),
+    ("train-reference unknown board", ["train-reference", "--board", "foo", "--output-dir",
+                                       "{tmp}/refs"], "unknown board"),
+    ("cluster up unknown board", ["cluster", "up", "--jetson", "foo=1"], "unknown board"),
 ]
 
 
