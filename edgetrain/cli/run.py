@@ -35,7 +35,9 @@ def _print_dry_run(spec: PowerAwareTrainingJobSpec) -> None:
         table.add_column(col, justify="right" if col.startswith("samples") else "left")
     phases = plan_dry_run(spec)
     for p in phases:
-        cache = "hit" if p.cached else ("miss" if p.key else "-")
+        cache = "hit" if p.cached else "miss" if p.key else "-"
+        if p.phase == "estimate" and not p.key:
+            cache = "after pretrain"  # the key includes the weights' hash
         table.add_row(p.phase, cache, p.key or "-", f"{p.samples_to_train:,}")
     stdout.print(table)
     for p in phases:

@@ -40,6 +40,14 @@ JsonProgressOpt = Annotated[
 ]
 
 
+def check_sysfs_root(root: Path | None) -> None:
+    """--sysfs-root must be a folder (a Jetson's / or a twin's tree)."""
+    if root is not None and not root.is_dir():
+        raise PlanInputError(
+            f"--sysfs-root {root} is not a folder (a Jetson's / or a device twin's tree)"
+        )
+
+
 def _optimizer(name: OptimizerName, lr: float, ref: int, scaling: LrScaling) -> OptimizerSpec:
     return OptimizerSpec(name=name, learning_rate=lr, reference_batch_size=ref, scaling=scaling)
 
@@ -102,6 +110,7 @@ def estimate_command(
     """
     with exit_codes():
         sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        seed_list = parse_int_list(seeds, "--seeds")
         check_workload_options(model, dataset, sizes, dataset_limit)
         check_output_path(output, "--output")
         if weights is not None and not weights.is_file():
@@ -118,7 +127,7 @@ def estimate_command(
             sample_budget=sample_budget,
             eval_interval_samples=eval_interval,
             eval_samples=eval_samples,
-            seeds=parse_int_list(seeds, "--seeds"),
+            seeds=seed_list,
             dataset_limit=dataset_limit,
         )
         with Reporter(json_lines=json_progress) as reporter:
@@ -184,9 +193,6 @@ def train_command(
     from edgetrain.cli.plan import parse_frequency_hz
     from edgetrain.device import DeviceError
     from edgetrain.device.sim import TwinWorkload
-    from edgetrain.workloads.device_session import DeviceSession, SessionMeter
-    from edgetrain.workloads.models import is_text_model
-    from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, TrainSpec, train
 
     with exit_codes():
         check_workload_options(model, dataset, [batch_size], dataset_limit)
@@ -195,6 +201,22 @@ def train_command(
             check_output_path(result, "--result")
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        has_device = sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+        if gpu_freq:
+            parse_frequency_hz(gpu_freq)
+            if not has_device:
+                raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
+        check_sysfs_root(sysfs_root)
+        # torch loads only once the options are known to be good.
+        from edgetrain.workloads.device_session import DeviceSession, SessionMeter
+        from edgetrain.workloads.models import is_text_model
+        from edgetrain.workloads.train import (
+            CheckpointMismatchError,
+            DeviceMeter,
+            TrainSpec,
+            train,
+        )
+
         spec = TrainSpec(
             model=model,
             dataset=dataset,
@@ -209,13 +231,11 @@ def train_command(
             dataset_limit=dataset_limit,
         )
         session: DeviceSession | None = None
-        if sysfs_root is not None or os.environ.get("EDGETRAIN_SYSFS_ROOT"):
+        if has_device:
             try:
                 session = DeviceSession(sysfs_root)
             except DeviceError as exc:
                 raise PlanInputError(f"no usable device: {exc}") from None
-        elif gpu_freq:
-            raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
 
         def _terminate(signum: int, _frame: object) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
@@ -307,8 +327,6 @@ def profile_command(
     from edgetrain.api.profile import write_profile, write_profile_metadata
     from edgetrain.cli.plan import parse_frequency_hz
     from edgetrain.device import DeviceError
-    from edgetrain.workloads.device_session import DeviceSession
-    from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
 
     def _terminate(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -318,17 +336,21 @@ def profile_command(
         sizes = parse_int_list(batch_sizes, "--batch-sizes")
         check_workload_options(model, dataset, sizes)
         check_output_path(output, "--output")
-        try:
-            chosen = ProfilingStrategy(strategy)
-        except ValueError:
+        if strategy not in ("frontier", "full", "predicted"):
             raise PlanInputError(
                 f"--strategy must be frontier, full or predicted, got '{strategy}'"
-            ) from None
+            )
         freqs = (
             [parse_frequency_hz(f) for f in gpu_freqs.split(",") if f.strip()]
             if gpu_freqs
             else None
         )
+        check_sysfs_root(sysfs_root)
+        # torch loads only once the options are known to be good.
+        from edgetrain.workloads.device_session import DeviceSession
+        from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+
+        chosen = ProfilingStrategy(strategy)
         spec = ProfileSpec(
             model=model,
             dataset=dataset,

@@ -62,7 +62,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working folder as cwd, with the caches inside it (so leftovers are seen)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("EDGETRAIN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("EDGETRAIN_DEBUG", raising=False)
+    # Set (not deleted) so that teardown also undoes what `--debug` writes into os.environ.
+    monkeypatch.setenv("EDGETRAIN_DEBUG", "0")
     return tmp_path
 
 
@@ -264,7 +265,7 @@ COMMAND_CASES: list[tuple[str, list[str], str]] = [
                       "8", "-o", "{tmp}/p.csv", "--gpu-freqs", "fast"], "frequency"),
     ("profile no device", ["profile", "--model", "resnet8", "--dataset", "digits",
                            "--batch-sizes", "8", "-o", "{tmp}/p.csv", "--sysfs-root",
-                           "{tmp}/nosys"], "no usable device"),
+                           "{tmp}/nosys"], "--sysfs-root"),
     ("profile empty batches", ["profile", "--model", "resnet8", "--dataset", "digits",
                                "--batch-sizes", ",", "-o", "{tmp}/p.csv"], "empty"),
     ("train unknown dataset", ["train", "--model", "resnet8", "--dataset", "svhn",
@@ -444,3 +445,41 @@ def test_console_script_prints_one_line(tmp_path: Path, argv: list[str]) -> None
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert_one_line_error(proc.returncode, proc.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_run_target_never_reached_leaves_no_cache_entry(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The estimate trains a few minibatches, misses 0.999, and nothing is cached or reported."""
+    spec = with_field("targetAccuracy", 0.999)
+    spec.update(dataset={"name": "digits"}, batchSizes=[8, 16],
+                budget={"estimateSamples": 32, "evalIntervalSamples": 16, "evalSamples": 40})
+    job = workdir / "job.yaml"
+    job.write_text(yaml.safe_dump(spec))
+    code, _out, err = invoke(["run", "--json-progress", "--workdir", str(workdir / "w"),
+                              str(job)], capsys)
+    assert_one_line_error(code, err, "no batch size reached target accuracy 0.999",
+                          "budget.estimateSamples", "targetAccuracy")
+    left = {p.relative_to(workdir).parts[0] for p in files_under(workdir)}
+    assert left == {"job.yaml"}, left
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(csv_text=st.text(alphabet="batch_sizegpufreqhz,0123456789.-\n e", max_size=120),
+       json_text=st.text(max_size=60))
+def test_random_plan_inputs_never_trace(
+    workdir: Path, capsys: pytest.CaptureFixture[str], csv_text: str, json_text: str
+) -> None:
+    """Whatever is in the profile CSV and efficiency JSON, plan answers in one line or plans."""
+    from edgetrain.api import format_profile_csv
+    from tests.conftest import FIGURE1_POINTS
+
+    header = format_profile_csv(FIGURE1_POINTS).splitlines()[0]
+    (workdir / "p.csv").write_text(header + "\n" + csv_text)
+    (workdir / "e.json").write_text(json_text)
+    code, _out, err = invoke(["plan", "--profile", "p.csv", "--efficiency", "e.json",
+                              "--power-limit", "5"], capsys)
+    assert "Traceback" not in err
+    assert code == 2  # the JSON is never a valid vector
+    assert_one_line_error(code, err)

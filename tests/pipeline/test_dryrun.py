@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from edgetrain.api import EfficiencyVector, write_efficiency
-from edgetrain.api.job import PowerAwareTrainingJobSpec
-from edgetrain.pipeline.dryrun import dry_run
+from edgetrain.api.job import PowerAwareTrainingJobSpec, profile_cache_key
+from edgetrain.device.sim import DeviceTwin
+from edgetrain.pipeline.dryrun import dry_run, profile_cache_path
 
 SPEC = PowerAwareTrainingJobSpec.model_validate(
     {
@@ -43,3 +44,19 @@ def test_dry_run_counts_work_and_sees_a_cached_vector(
     again = {p.phase: p for p in dry_run(SPEC)}
     assert again["estimate"].cached and again["estimate"].samples_to_train == 0
     assert again["estimate"].key == phases["estimate"].key
+
+
+def test_profile_key_is_the_one_the_run_computes_on_the_twin(
+    nano: DeviceTwin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dry run names the twin's profile without starting it: same board, L4T and shape."""
+    from edgetrain.workloads.device_session import DeviceSession
+    from edgetrain.workloads.training import load_task
+
+    monkeypatch.setenv("EDGETRAIN_CACHE_DIR", str(tmp_path))
+    session = DeviceSession(nano.root)
+    shape = tuple(int(d) for d in load_task("digits").x_train.shape[1:])
+    key = profile_cache_key(SPEC, session.board_name, session.identity.l4t, shape)
+    profile = next(p for p in dry_run(SPEC) if p.phase == "profile")
+    assert profile.key == key
+    assert profile.path == str(profile_cache_path(SPEC, session.board_name, key))
