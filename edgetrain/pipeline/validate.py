@@ -12,7 +12,7 @@ from typing import Protocol
 from edgetrain.api.errors import InputError
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.device.sim.boards import BOARDS
-from edgetrain.workloads.catalog import DATASETS, MODELS, DatasetInfo
+from edgetrain.workloads.catalog import DATASETS, MODELS, DatasetInfo, data_dir
 
 
 class _Bad(Protocol):
@@ -132,6 +132,14 @@ def job_problems(
 
 
 def _standalone_problems(spec: PowerAwareTrainingJobSpec, bad: _Bad) -> None:
+    named = [("dataset.name", spec.dataset.name), ("proxyDataset.name", spec.proxy_dataset.name)]
+    if spec.model.pretrain is not None:
+        named.append(("model.pretrain.dataset", spec.model.pretrain.dataset))
+    for field, name in named:
+        info = DATASETS.get(name)
+        if info is not None and not info.installed():
+            bad(field, f"data set {name!r} is not installed: {data_dir() / info.data_path}"
+                " is missing", hint="run `make data`; EDGETRAIN_DATA_DIR overrides the folder")
     weights = spec.model.weights
     if weights:
         path = Path(weights)

@@ -183,6 +183,17 @@ def test_run_rejects_bad_job_file(
     assert files_under(workdir) == before
 
 
+def test_run_names_a_data_set_that_is_not_installed(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGETRAIN_DATA_DIR", str(workdir / "nodata"))
+    job = workdir / "job.yaml"
+    job.write_text(yaml.safe_dump(GOOD_SPEC))
+    code, _out, err = invoke(["run", str(job)], capsys)
+    assert_one_line_error(code, err, "field 'dataset.name'", "'mnist' is not installed",
+                          "make data")
+
+
 def test_manifest_fields_are_named_under_spec(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

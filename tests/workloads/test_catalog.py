@@ -25,3 +25,4 @@ def test_dataset_facts_match_the_loader(name: str) -> None:
         assert tuple(task.x_train.shape[1:]) == info.input_shape
         assert task.num_classes == info.num_classes
     assert tuple(catalog.DATASETS) == datasets.IMAGE_SETS + datasets.TEXT_SETS
+    assert info.installed()
