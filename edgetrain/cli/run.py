@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from edgetrain.api.errors import InputError
 from edgetrain.api.job import PowerAwareTrainingJobSpec, load_job
 from edgetrain.cli.common import exit_codes, stdout
 from edgetrain.cli.plan import render_plan
@@ -83,9 +84,13 @@ def run_command(
         # Imported after validation: torch takes seconds to load, a typo should not wait for it.
         from edgetrain.pipeline.report import write_report
         from edgetrain.pipeline.run import run_job
+        from edgetrain.workloads.estimate import TargetNotReachedError
 
         with Reporter(json_lines=json_progress) as reporter:
-            outcome = run_job(spec, workdir, reporter)
+            try:
+                outcome = run_job(spec, workdir, reporter)
+            except TargetNotReachedError as exc:
+                raise InputError(job, str(exc)) from None  # the job file is what to edit
             folder = write_report(outcome, report)
             reporter.event(
                 "result",

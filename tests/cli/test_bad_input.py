@@ -469,8 +469,8 @@ def test_run_target_never_reached_leaves_no_cache_entry(
     job.write_text(yaml.safe_dump(spec))
     code, _out, err = invoke(["run", "--json-progress", "--workdir", str(workdir / "w"),
                               str(job)], capsys)
-    assert_one_line_error(code, err, "no batch size reached target accuracy 0.999",
-                          "budget.estimateSamples", "targetAccuracy")
+    assert_one_line_error(code, err, "job.yaml: no batch size reached target accuracy 0.999",
+                          "best accuracy b=8: ", "budget.estimateSamples", "targetAccuracy")
     left = {p.relative_to(workdir).parts[0] for p in files_under(workdir)}
     assert left == {"job.yaml"}, left
 
