@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from edgetrain.api.errors import InputError
+from edgetrain.api.errors import InputError, read_input_text
 from edgetrain.api.io import write_text_atomic
 
 # r is recomputed from samples_to_accuracy on read; a file whose r disagrees is inconsistent.
@@ -128,12 +128,7 @@ def parse_efficiency_json(text: str, source: str = "<efficiency>") -> Efficiency
 def read_efficiency(path: str | Path) -> EfficiencyVector:
     """Read an efficiency JSON file."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(
-            file, "no such file", hint="pass --efficiency PATH to an efficiency JSON"
-        ) from None
+    text = read_input_text(file, hint="pass --efficiency PATH to an efficiency JSON")
     return parse_efficiency_json(text, source=str(file))
 
 

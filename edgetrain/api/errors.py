@@ -38,3 +38,20 @@ class InputError(BadInputError):
         if self.hint:
             text += f" ({self.hint})"
         return text
+
+
+def read_input_text(path: str | Path, hint: str | None = None) -> str:
+    """A user's input file as text; every way it cannot be read is an InputError."""
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(file, "no such file", hint=hint) from None
+    except IsADirectoryError:
+        raise InputError(file, "is a folder, not a file", hint=hint) from None
+    except PermissionError:
+        raise InputError(file, "not readable (check its permissions)") from None
+    except UnicodeDecodeError:
+        raise InputError(file, "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise InputError(file, f"cannot be read: {exc.strerror or exc}") from None

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from edgetrain.api.errors import InputError
+from edgetrain.api.errors import InputError, read_input_text
 from edgetrain.api.plan import Objective, PowerMetric
 from edgetrain.api.training import ComputeSpec, OptimizerSpec, Precision
 
@@ -184,11 +184,9 @@ def load_job(path: str | Path) -> PowerAwareTrainingJobSpec:
     """Read a job YAML: a whole PowerAwareTrainingJob manifest, or just its spec."""
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(file, "no such file") from None
+        data = yaml.safe_load(read_input_text(file))
     except yaml.YAMLError as exc:
-        raise InputError(file, f"not valid YAML: {exc}") from None
+        raise InputError(file, f"not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise InputError(file, "expected a mapping (a PowerAwareTrainingJob or its spec)")
     if "kind" in data:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from edgetrain.api.errors import InputError
+from edgetrain.api.errors import InputError, read_input_text
 from edgetrain.api.io import write_text_atomic
 
 PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -138,12 +138,7 @@ def parse_profile_csv(text: str, source: str = "<profile>") -> list[ProfilePoint
 def read_profile(path: str | Path) -> list[ProfilePoint]:
     """Read a profile CSV file."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(
-            file, "no such file", hint="pass --profile PATH to a profile CSV"
-        ) from None
+    text = read_input_text(file, hint="pass --profile PATH to a profile CSV")
     return parse_profile_csv(text, source=str(file))
 
 

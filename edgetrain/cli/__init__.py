@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
 import typer
 
 from edgetrain.cli import bench as _bench
@@ -22,6 +27,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Show tracebacks of input errors too (or EDGETRAIN_DEBUG=1)."
+        ),
+    ] = False,
+) -> None:
+    """Power-aware fine-tuning on NVIDIA Jetson fleets."""
+    if debug:
+        os.environ["EDGETRAIN_DEBUG"] = "1"  # also reaches the commands' subprocesses
+
+
 app.command("plan")(_plan.plan)
 app.command("pretrain")(_workloads.pretrain_command)
 app.command("estimate")(_workloads.estimate_command)
@@ -41,6 +62,30 @@ app.command("worker", context_settings={"allow_interspersed_args": False})(
 app.command("node-agent")(_node_agent.node_agent_command)
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point: a usage error is one line on stderr and exit code 2."""
+    from edgetrain.cli.common import EXIT_BAD_INPUT, debug_enabled, one_line
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = app(args=args, prog_name="edgetrain", standalone_mode=False)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        code = 130
+    except Exception as exc:
+        # click's usage errors (typer may vendor click, so matched by shape, not by class).
+        format_message = getattr(exc, "format_message", None)
+        if format_message is None or debug_enabled() or "--debug" in args:
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help(), file=sys.stderr)
+            code = EXIT_BAD_INPUT
+        else:
+            where = ctx.command_path if ctx is not None else "edgetrain"
+            print(
+                f"error: {where}: {one_line(format_message())} (see {where} --help)",
+                file=sys.stderr,
+            )
+            code = int(getattr(exc, "exit_code", EXIT_BAD_INPUT))
+    sys.exit(code if isinstance(code, int) else 0)

@@ -11,8 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from edgetrain.api.errors import InputError
+from edgetrain.cli.common import exit_codes
 from edgetrain.device.board import DeviceInfo, read_device_info
 from edgetrain.device.sysfs import ENV_SYSFS_ROOT
+from edgetrain.workloads.catalog import MODELS
 
 app = typer.Typer(help="GPU frequency, power rails and the Jetson digital twin.")
 
@@ -68,7 +71,14 @@ def info(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Board, GPU frequencies, power rails and total, temperatures."""
+    """Board, GPU frequencies, power rails and total, temperatures.
+
+    Exit codes: 0 read, 1 no GPU and no power sensor under the root, 2 the root is not a folder.
+    """
+    with exit_codes():
+        if sysfs_root is not None and not sysfs_root.is_dir():
+            raise InputError("--sysfs-root", f"{sysfs_root} is not a folder",
+                             hint="a sysfs root: / on a Jetson, or a twin's tree")
     report = read_device_info(sysfs_root)
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json")))
@@ -79,9 +89,12 @@ def info(
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
-    parts = [int(p) for p in text.replace("x", ",").split(",") if p.strip()]
-    if len(parts) != 3:
-        raise typer.BadParameter(f"input shape must be C,H,W (e.g. 3,32,32), got {text!r}")
+    try:
+        parts = [int(p) for p in text.replace("x", ",").split(",") if p.strip()]
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or min(parts) < 1:
+        raise InputError("--input-shape", f"must be C,H,W (e.g. 3,32,32), got {text!r}")
     return parts[0], parts[1], parts[2]
 
 
@@ -116,6 +129,13 @@ def sim(
     if model not in BOARDS:
         _err.print(f"error: unknown board {model!r}; choose one of: {', '.join(BOARDS)}")
         raise typer.Exit(2)
+    with exit_codes():  # every option is checked before the twin starts
+        shape = _parse_shape(input_shape)
+        if workload is not None and workload not in MODELS:
+            raise InputError("--workload", f"unknown model {workload!r}; known: "
+                             + ", ".join(sorted(MODELS)))
+        if root.exists() and not root.is_dir():
+            raise InputError("--root", f"{root} exists and is not a folder")
     twin = DeviceTwin(
         model, root, tick_s=tick_s, seed=seed, noise_rel=noise, thermal_throttle=thermal_throttle
     )
@@ -128,7 +148,7 @@ def sim(
                 raise typer.Exit(2) from None
         if workload is not None:
             twin.set_workload(
-                workload, batch_size, input_shape=_parse_shape(input_shape), num_classes=num_classes
+                workload, batch_size, input_shape=shape, num_classes=num_classes
             )
         typer.echo(f"simulated {model} (all figures simulated) running at {root.resolve()}")
         typer.echo(f"  export {ENV_SYSFS_ROOT}={root.resolve()}")

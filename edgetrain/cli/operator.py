@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
-from edgetrain.cli.common import stderr
+from edgetrain.api.io import write_text_atomic
+from edgetrain.cli.common import exit_codes, stderr
+from edgetrain.pipeline.validate import check_output_path
 
 REPO_CRD_DIRS = (Path("crds"), Path("charts/edgetrain/crds"))
 
@@ -102,6 +104,9 @@ def crds_command(
     from edgetrain.api.crd import crd_files
 
     dirs = list(output) if output else list(REPO_CRD_DIRS)
+    with exit_codes():
+        for folder in dirs if not check else []:
+            check_output_path(folder, "--output", folder=True)
     stale = []
     for folder in dirs:
         for name, text in crd_files().items():
@@ -111,7 +116,7 @@ def crds_command(
                     stale.append(path)
                 continue
             folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_text_atomic(path, text)
             typer.echo(f"wrote {path}")
     if stale:
         stderr.print("stale (run `make crds`): " + ", ".join(map(str, stale)), markup=False)

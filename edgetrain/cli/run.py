@@ -8,14 +8,44 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from edgetrain.api.job import load_job
+from edgetrain.api.errors import InputError
+from edgetrain.api.job import PowerAwareTrainingJobSpec, load_job
 from edgetrain.cli.common import exit_codes, stdout
 from edgetrain.cli.plan import render_plan
+from edgetrain.pipeline.dryrun import dry_run as plan_dry_run
+from edgetrain.pipeline.validate import check_output_path, validate_job
 from edgetrain.workloads.progress import Reporter
 
 
 def _phase(cached: bool, what: str, wall_s: float) -> str:
     return "cached" if cached else f"{what} {wall_s:.0f} s"
+
+
+def _is_manifest(path: Path) -> bool:
+    """A whole PowerAwareTrainingJob (fields under spec.) rather than a bare spec."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and "kind" in data
+
+
+def _print_dry_run(spec: PowerAwareTrainingJobSpec) -> None:
+    table = Table(title=f"dry run: {spec.model.architecture} on {spec.dataset.name}"
+                  f" via {spec.placement.device} (nothing trained)")
+    for col in ("phase", "cache", "key", "samples to train (at most)"):
+        table.add_column(col, justify="right" if col.startswith("samples") else "left")
+    phases = plan_dry_run(spec)
+    for p in phases:
+        cache = "hit" if p.cached else "miss" if p.key else "-"
+        if p.phase == "estimate" and not p.key:
+            cache = "after pretrain"  # the key includes the weights' hash
+        table.add_row(p.phase, cache, p.key or "-", f"{p.samples_to_train:,}")
+    stdout.print(table)
+    for p in phases:
+        if p.path:
+            stdout.print(f"{p.phase}: {p.path}", markup=False, soft_wrap=True)
+    total = sum(p.samples_to_train for p in phases)
+    stdout.print(f"at most {total:,} samples to train in all", markup=False)
 
 
 def run_command(
@@ -37,17 +67,24 @@ def run_command(
     precision: Annotated[
         str | None, typer.Option(help="Override spec.compute.precision: fp32, fp16, bf16.")
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Check the job, print the phases, cache hits and work; train nothing."
+        ),
+    ] = False,
 ) -> None:
     """Run a training job on this machine against a device twin (or this Jetson).
 
     Reuses cached efficiency vectors and profiles by their keys, prints the plan next to the
     baselines, trains at the plan, and writes a report. Simulated figures say so.
     """
-    from edgetrain.pipeline.report import write_report
-    from edgetrain.pipeline.run import run_job
-
     with exit_codes():
         spec = load_job(job)
+        validate_job(spec, job, prefix="spec." if _is_manifest(job) else "")
+        check_output_path(report, "--report", folder=True)
+        if workdir is not None:
+            check_output_path(workdir, "--workdir", folder=True)
         if device is not None or precision is not None:
             from edgetrain.cli.workloads import check_device
 
@@ -56,8 +93,19 @@ def run_command(
             )
             compute = spec.compute.model_copy(update={"device": chosen, "precision": prec})
             spec = spec.model_copy(update={"compute": compute})
+        if dry_run:
+            _print_dry_run(spec)
+            return
+        # Imported after validation: torch takes seconds to load, a typo should not wait for it.
+        from edgetrain.pipeline.report import write_report
+        from edgetrain.pipeline.run import run_job
+        from edgetrain.workloads.estimate import TargetNotReachedError
+
         with Reporter(json_lines=json_progress) as reporter:
-            outcome = run_job(spec, workdir, reporter)
+            try:
+                outcome = run_job(spec, workdir, reporter)
+            except TargetNotReachedError as exc:
+                raise InputError(job, str(exc)) from None  # the job file is what to edit
             folder = write_report(outcome, report)
             reporter.event(
                 "result",

@@ -15,6 +15,7 @@ from edgetrain.api.efficiency import write_efficiency
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec, Precision
 from edgetrain.cli.common import exit_codes, stderr, stdout
+from edgetrain.pipeline.validate import check_output_path, check_workload_options
 from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
 
@@ -57,6 +58,14 @@ def check_device(device: str, precision: str) -> tuple[str, Precision]:
     return device.strip().lower(), accel.precision
 
 
+def check_sysfs_root(root: Path | None) -> None:
+    """--sysfs-root must be a folder (a Jetson's / or a twin's tree)."""
+    if root is not None and not root.is_dir():
+        raise PlanInputError(
+            f"--sysfs-root {root} is not a folder (a Jetson's / or a device twin's tree)"
+        )
+
+
 def _optimizer(name: OptimizerName, lr: float, ref: int, scaling: LrScaling) -> OptimizerSpec:
     return OptimizerSpec(name=name, learning_rate=lr, reference_batch_size=ref, scaling=scaling)
 
@@ -74,18 +83,19 @@ def pretrain_command(
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Pretrain a model and cache the weights by recipe hash; prints the weights path."""
-    from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
-
-    spec = PretrainSpec(
-        model=model,
-        dataset=dataset,
-        samples=samples,
-        batch_size=batch_size,
-        optimizer=OptimizerSpec(learning_rate=learning_rate, reference_batch_size=batch_size),
-        seed=seed,
-        dataset_limit=dataset_limit,
-    )
     with exit_codes():
+        check_workload_options(model, dataset, [batch_size], dataset_limit)
+        from edgetrain.workloads.weights import PretrainSpec, describe, pretrain
+
+        spec = PretrainSpec(
+            model=model,
+            dataset=dataset,
+            samples=samples,
+            batch_size=batch_size,
+            optimizer=OptimizerSpec(learning_rate=learning_rate, reference_batch_size=batch_size),
+            seed=seed,
+            dataset_limit=dataset_limit,
+        )
         device, prec = check_device(device, precision)
         with Reporter(json_lines=json_progress) as reporter:
             path = pretrain(spec, reporter, device=device, precision=prec)
@@ -123,29 +133,37 @@ def estimate_command(
     ] = 0,
     json_progress: JsonProgressOpt = None,
 ) -> None:
-    """Train each batch size to the target on the proxy set; write the efficiency vector."""
-    from edgetrain.workloads.estimate import EstimateSpec, estimate
+    """Train each batch size to the target on the proxy set; write the efficiency vector.
 
+    Exit codes: 0 written, 2 bad input or no batch size reached the target (raise the budget or
+    lower the target; the message gives the best accuracy per batch size).
+    """
     with exit_codes():
+        sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        seed_list = parse_int_list(seeds, "--seeds")
+        check_workload_options(model, dataset, sizes, dataset_limit)
+        check_output_path(output, "--output")
+        if weights is not None and not weights.is_file():
+            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         device, prec = check_device(device, precision)
+        from edgetrain.workloads.estimate import EstimateSpec, estimate
+
         spec = EstimateSpec(
             model=model,
             dataset=dataset,
-            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            batch_sizes=sizes,
             target_accuracy=target_accuracy,
             optimizer=_optimizer(optimizer, learning_rate, reference_batch_size, lr_scaling),
             weights=weights,
             sample_budget=sample_budget,
             eval_interval_samples=eval_interval,
             eval_samples=eval_samples,
-            seeds=parse_int_list(seeds, "--seeds"),
+            seeds=seed_list,
             dataset_limit=dataset_limit,
             device=device,
             precision=prec,
             parallel=parallel,
         )
-        if weights is not None and not weights.is_file():
-            raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         with Reporter(json_lines=json_progress) as reporter:
             vector = estimate(spec, reporter)
             write_efficiency(output, vector)
@@ -211,14 +229,31 @@ def train_command(
     from edgetrain.cli.plan import parse_frequency_hz
     from edgetrain.device import DeviceError
     from edgetrain.device.sim import TwinWorkload
-    from edgetrain.workloads.device_session import DeviceSession, SessionMeter
-    from edgetrain.workloads.models import is_text_model
-    from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, TrainSpec, train
 
     with exit_codes():
+        check_workload_options(model, dataset, [batch_size], dataset_limit)
+        check_output_path(checkpoint_dir, "--checkpoint-dir", folder=True)
+        if result is not None:
+            check_output_path(result, "--result")
         device, prec = check_device(device, precision)
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        has_device = sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+        if gpu_freq:
+            parse_frequency_hz(gpu_freq)
+            if not has_device:
+                raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
+        check_sysfs_root(sysfs_root)
+        # torch loads only once the options are known to be good.
+        from edgetrain.workloads.device_session import DeviceSession, SessionMeter
+        from edgetrain.workloads.models import is_text_model
+        from edgetrain.workloads.train import (
+            CheckpointMismatchError,
+            DeviceMeter,
+            TrainSpec,
+            train,
+        )
+
         spec = TrainSpec(
             model=model,
             dataset=dataset,
@@ -235,13 +270,11 @@ def train_command(
             precision=prec,
         )
         session: DeviceSession | None = None
-        if sysfs_root is not None or os.environ.get("EDGETRAIN_SYSFS_ROOT"):
+        if has_device:
             try:
                 session = DeviceSession(sysfs_root)
             except DeviceError as exc:
                 raise PlanInputError(f"no usable device: {exc}") from None
-        elif gpu_freq:
-            raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
 
         def _terminate(signum: int, _frame: object) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
@@ -336,30 +369,35 @@ def profile_command(
     from edgetrain.api.profile import write_profile, write_profile_metadata
     from edgetrain.cli.plan import parse_frequency_hz
     from edgetrain.device import DeviceError
-    from edgetrain.workloads.device_session import DeviceSession
-    from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
 
     def _terminate(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _terminate)
     with exit_codes():
-        device, prec = check_device(device, precision)
-        try:
-            chosen = ProfilingStrategy(strategy)
-        except ValueError:
+        sizes = parse_int_list(batch_sizes, "--batch-sizes")
+        check_workload_options(model, dataset, sizes)
+        check_output_path(output, "--output")
+        if strategy not in ("frontier", "full", "predicted"):
             raise PlanInputError(
                 f"--strategy must be frontier, full or predicted, got '{strategy}'"
-            ) from None
+            )
         freqs = (
             [parse_frequency_hz(f) for f in gpu_freqs.split(",") if f.strip()]
             if gpu_freqs
             else None
         )
+        check_sysfs_root(sysfs_root)
+        device, prec = check_device(device, precision)
+        # torch loads only once the options are known to be good.
+        from edgetrain.workloads.device_session import DeviceSession
+        from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+
+        chosen = ProfilingStrategy(strategy)
         spec = ProfileSpec(
             model=model,
             dataset=dataset,
-            batch_sizes=parse_int_list(batch_sizes, "--batch-sizes"),
+            batch_sizes=sizes,
             gpu_freqs_hz=freqs,
             strategy=chosen,
             power_limit_w=power_limit,

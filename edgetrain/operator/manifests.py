@@ -164,6 +164,8 @@ def _container(name: str, settings: OperatorSettings, args: list[str], env: list
                 "name": "POD_NAMESPACE",
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             },
+            # The worker writes the workload's one-line error here (the termination message).
+            {"name": "EDGETRAIN_TERMINATION_LOG", "value": "/dev/termination-log"},
             *env,
         ],
         "volumeMounts": [{"name": "work", "mountPath": WORK}],

@@ -19,6 +19,7 @@ from edgetrain.api.job_status import (
 )
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
+from edgetrain.pipeline.validate import job_problems
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
 from edgetrain.planner.plan import InfeasibleError, PlanInputError
@@ -162,6 +163,19 @@ def daemonset_failures(pods: list[Obj]) -> tuple[int, str]:
 def backoff_s(base_s: float, failures: int) -> float:
     """Delay before retry number `failures` (1, 2, …): base × 2^(failures-1), at most 10 min."""
     return float(min(600.0, base_s * 2.0 ** max(0, failures - 1)))
+
+
+# --- input -----------------------------------------------------------------------------------
+
+
+def bad_input(spec: PowerAwareTrainingJobSpec, where: str) -> str | None:
+    """The first problem of a job's spec that needs no training (None if none): what
+    `edgetrain run` reports before any work, minus the checks of a standalone run."""
+    problems = job_problems(spec, where, standalone=False)
+    if not problems:
+        return None
+    more = len(problems) - 1
+    return str(problems[0]) + (f" (+{more} more)" if more else "")
 
 
 # --- selection -------------------------------------------------------------------------------

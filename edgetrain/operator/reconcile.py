@@ -184,6 +184,10 @@ class Reconciler:
 
     def _pending(self, patj: Obj, spec: PowerAwareTrainingJobSpec, step: Step) -> None:
         ns = patj["metadata"]["namespace"]
+        problem = ph.bad_input(spec, f"{ns}/{patj['metadata']['name']}")
+        if problem is not None:  # fail before any pod runs: a typo must not cost an estimate
+            step.events.append(ph.transition(step.status, Phase.failed, "BadInput", problem))
+            return
         self.ensure_rbac(ns)
         self._create("v1", "configmaps", mf.progress_configmap(patj))
         step.status.started_at = ph.now_rfc3339()

@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 
 PROGRESS_KEY = "progress.json"
 RESULT_KEY = "result.json"
+TERMINATION_MESSAGE_MAX = 4096  # the kubelet's limit per container
 
 
 def upsert_configmap(
@@ -109,6 +110,43 @@ class ProgressPublisher:
         self._last_sent = time.monotonic()
 
 
+class StderrTail:
+    """Passes a child's stderr through and keeps its last non-empty line (the one-line error)."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self.last_line = ""
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str] | None) -> None:
+        if stream is None:
+            return
+        for line in stream:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            if line.strip():
+                self.last_line = line.strip()
+
+    def join(self) -> None:
+        """Wait until the child's stderr is drained."""
+        self._thread.join(timeout=10)
+
+
+def write_termination_message(message: str) -> None:
+    """The pod's termination message: the workload's last error line, not a log tail.
+
+    Kubernetes prefers this file to the log (FallbackToLogsOnError), so a bad input shows as
+    its one line in the Job's pod status and the PATJ's message. The operator's pods set
+    EDGETRAIN_TERMINATION_LOG; without it (a shell, a test) nothing is written.
+    """
+    target = os.environ.get("EDGETRAIN_TERMINATION_LOG")
+    if not target:
+        return
+    path = Path(target)
+    with contextlib.suppress(OSError):
+        path.write_text(message[-TERMINATION_MESSAGE_MAX:], encoding="utf-8")
+
+
 def run_worker(
     command: Sequence[str],
     *,
@@ -158,7 +196,10 @@ def run_worker(
         if kube is not None and progress
         else None
     )
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    errors = StderrTail(proc.stderr)
 
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)
@@ -173,11 +214,13 @@ def run_worker(
             with contextlib.suppress(ValueError):
                 publisher.offer(json.loads(line))
     code = proc.wait()
+    errors.join()
     if publisher is not None:
         publisher.flush()
     if code != 0:
-        print(f"edgetrain worker: {argv[3] if len(argv) > 3 else argv[0]} exited with {code}",
-              file=sys.stderr)
+        what = argv[3] if len(argv) > 3 else argv[0]
+        print(f"edgetrain worker: {what} exited with {code}", file=sys.stderr)
+        write_termination_message(errors.last_line or f"{what} exited with {code}")
         return code
     if publish and kube is not None:
         data = {key: path.read_text(encoding="utf-8") for key, path in (files or {}).items()}

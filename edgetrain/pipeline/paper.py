@@ -596,7 +596,7 @@ def run_estimate(
                 batch_size=b,
                 seed=seed,
             )
-        reached = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
+        reached, _best = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
         samples.append(None if reached is None else float(reached))
     return EstimateRecord(
         model=workload.model,

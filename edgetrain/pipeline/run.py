@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pydantic import BaseModel
 
 from edgetrain.api.efficiency import EfficiencyVector, read_efficiency, write_efficiency
 from edgetrain.api.errors import BadInputError
+from edgetrain.api.io import file_sha256
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key, profile_cache_key
 from edgetrain.api.plan import PlanResult
 from edgetrain.api.profile import (
@@ -24,6 +24,8 @@ from edgetrain.api.profile import (
     write_profile_metadata,
 )
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
+from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
+from edgetrain.pipeline.validate import validate_job
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
 from edgetrain.workloads.accel import resolve
@@ -33,7 +35,7 @@ from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.train import TrainResult, TrainSpec, train
 from edgetrain.workloads.training import load_task
-from edgetrain.workloads.weights import PretrainSpec, file_sha256, pretrain
+from edgetrain.workloads.weights import PretrainSpec, pretrain
 
 
 class PhaseRecord(BaseModel):
@@ -61,12 +63,6 @@ class RunOutcome(BaseModel):
     precision: str | None = None
     training_wall_s: float
     power_trace: list[tuple[float, float]]  # (seconds since training start, W)
-
-
-def cache_root() -> Path:
-    """$EDGETRAIN_CACHE_DIR or ~/.cache/edgetrain."""
-    env = os.environ.get("EDGETRAIN_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "edgetrain"
 
 
 def resolve_weights(spec: PowerAwareTrainingJobSpec, reporter: Reporter | None) -> Path | None:
@@ -109,7 +105,7 @@ def _estimate_phase(
 ) -> tuple[EfficiencyVector, PhaseRecord]:
     started = time.monotonic()
     key = efficiency_cache_key(spec, file_sha256(weights) if weights else None)
-    path = cache_root() / "efficiency" / f"{spec.model.architecture}-{key}.json"
+    path = efficiency_cache_path(spec, key)
     if path.is_file():
         return read_efficiency(path), PhaseRecord(cached=True, wall_s=0.0, path=str(path))
     vector = estimate(
@@ -141,7 +137,7 @@ def _profile_phase(
     task = load_task(spec.dataset.name, spec.dataset.limit)
     shape = tuple(int(d) for d in task.x_train.shape[1:])
     key = profile_cache_key(spec, session.board_name, session.identity.l4t, shape)
-    path = cache_root() / "profiles" / f"{session.board_name}-{spec.model.architecture}-{key}.csv"
+    path = profile_cache_path(spec, session.board_name, key)
     meta = read_profile_metadata(path) if path.is_file() else None
     if meta is not None:
         return read_profile(path), meta, PhaseRecord(cached=True, wall_s=0.0, path=str(path))
@@ -176,6 +172,7 @@ def run_job(
     spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None
 ) -> RunOutcome:
     """Estimate (or reuse) r, profile (or reuse) the LUT, plan, then train at the plan."""
+    validate_job(spec)
     resolve(spec.compute.device, spec.compute.precision)  # fail before anything is written
     workdir = workdir or Path(tempfile.mkdtemp(prefix="edgetrain-run-"))
     workdir.mkdir(parents=True, exist_ok=True)

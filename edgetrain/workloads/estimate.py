@@ -11,6 +11,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.errors import BadInputError
 from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
 from edgetrain.workloads.accel import CUDA_CONTEXT_BYTES, Accelerator, peak_memory, resolve
 from edgetrain.workloads.progress import Reporter
@@ -53,6 +54,24 @@ class EstimateSpec(BaseModel):
     )
 
 
+class TargetNotReachedError(BadInputError):
+    """No batch size reached the target within the sample budget: the user's budget or target."""
+
+    def __init__(self, spec: EstimateSpec, best: dict[int, float]) -> None:
+        self.best_accuracy = best
+        reached = ", ".join(f"b={b}: {acc:.3f}" for b, acc in best.items())
+        super().__init__(
+            f"no batch size reached target accuracy {spec.target_accuracy:g} on"
+            f" {spec.dataset!r} within {spec.sample_budget} samples (best accuracy {reached});"
+            " raise the sample budget (--sample-budget / budget.estimateSamples) or lower the"
+            " target (--target-accuracy / targetAccuracy)"
+        )
+
+
+# One run's outcome: samples at the first evaluation at the target (None: never), best accuracy.
+RunOutcome = tuple[int | None, float]
+
+
 def _prepare(
     spec: EstimateSpec, task: Task, batch_size: int, seed: int, accel: Accelerator
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -71,8 +90,9 @@ def samples_to_accuracy_once(
     seed: int,
     reporter: Reporter | None,
     accel: Accelerator | None = None,
-) -> int | None:
-    """Train one (batch size, seed); the samples at the first evaluation at the target."""
+) -> RunOutcome:
+    """Train one (batch size, seed); the samples at the first evaluation at the target (None
+    if never), and the best accuracy seen."""
     accel = accel or resolve(spec.device, spec.precision)
     model, optimizer = _prepare(spec, task, batch_size, seed, accel)
     state = train_to_target(
@@ -101,7 +121,8 @@ def samples_to_accuracy_once(
             else None
         ),
     )
-    return state.samples if state.reached_target else None
+    best = max((acc for _s, acc in state.curve), default=0.0)
+    return (state.samples if state.reached_target else None), best
 
 
 def median_samples(runs: list[int | None]) -> float | None:
@@ -138,7 +159,7 @@ def parallel_runs(spec: EstimateSpec, task: Task, accel: Accelerator, runs: int)
     return max(1, min(runs, fits, os.cpu_count() or 1))
 
 
-def _run_in_worker(spec_json: str, batch_size: int, seed: int, threads: int) -> int | None:
+def _run_in_worker(spec_json: str, batch_size: int, seed: int, threads: int) -> RunOutcome:
     """One (batch size, seed) in a worker process (top level so it pickles)."""
     torch.set_num_threads(threads)
     spec = EstimateSpec.model_validate_json(spec_json)
@@ -149,14 +170,14 @@ def _run_in_worker(spec_json: str, batch_size: int, seed: int, threads: int) -> 
 
 def _run_parallel(
     spec: EstimateSpec, runs: list[tuple[int, int]], workers: int, reporter: Reporter | None
-) -> dict[tuple[int, int], int | None]:
+) -> dict[tuple[int, int], RunOutcome]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     if reporter:
         reporter.start(f"estimate ({workers} runs side by side)", len(runs), parallel=workers)
-    out: dict[tuple[int, int], int | None] = {}
+    out: dict[tuple[int, int], RunOutcome] = {}
     # spawn: a forked process inherits a CUDA context it cannot use, and torch's thread pools.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
@@ -169,7 +190,8 @@ def _run_parallel(
             out[(b, seed)] = future.result()
             if reporter:
                 reporter.advance(len(out), f"b={b} seed={seed}", batch_size=b, seed=seed)
-                reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=out[(b, seed)])
+                reporter.event("run", batch_size=b, seed=seed,
+                               samples_to_accuracy=out[(b, seed)][0])
     return out
 
 
@@ -184,13 +206,13 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
         reporter.event(
             "device", device=accel.label, precision=accel.precision.value, parallel=workers
         )
+    results: dict[tuple[int, int], RunOutcome] = {}
     if workers > 1:
         del task  # the workers load their own copy
         if accel.is_cuda:
             torch.cuda.empty_cache()
         results = _run_parallel(spec, runs, workers, reporter)
     else:
-        results = {}
         for b, seed in runs:
             if reporter:
                 reporter.start(
@@ -199,11 +221,14 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
             results[(b, seed)] = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
             if reporter:
                 reporter.event(
-                    "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)]
+                    "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)][0]
                 )
     samples = [
-        median_samples([results[(b, seed)] for seed in spec.seeds]) for b in spec.batch_sizes
+        median_samples([results[(b, seed)][0] for seed in spec.seeds]) for b in spec.batch_sizes
     ]
+    if all(s is None for s in samples):
+        best = {b: max(results[(b, seed)][1] for seed in spec.seeds) for b in spec.batch_sizes}
+        raise TargetNotReachedError(spec, best)
     vector = EfficiencyVector.from_samples(
         model=spec.model,
         dataset=spec.dataset,

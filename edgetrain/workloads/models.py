@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.workloads.catalog import MODELS
 from edgetrain.workloads.charformer import CharTransformer
 
 #: Bump when the way costs are computed changes, so stale disk-cache entries are ignored.
@@ -177,7 +178,7 @@ MODEL_REGISTRY: dict[str, ModelBuilder] = {
         n, embed_dim=64, num_layers=2, num_heads=4, dropout=0.0
     ),
 }
-TEXT_MODELS = frozenset({"charformer", "charformer-small"})
+TEXT_MODELS = frozenset(name for name, kind in MODELS.items() if kind == "text")
 
 
 def is_text_model(name: str) -> bool:

@@ -13,7 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from edgetrain.api.io import write_text_atomic
+from edgetrain.api.io import file_sha256, write_text_atomic
 from edgetrain.api.training import OptimizerSpec, Precision
 from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.progress import Reporter
@@ -61,15 +61,6 @@ def cache_dir() -> Path:
 def weights_path(spec: PretrainSpec) -> Path:
     """The cache path for a recipe."""
     return cache_dir() / f"{spec.model}-{spec.dataset}-{spec.key()}.pt"
-
-
-def file_sha256(path: Path) -> str:
-    """Content hash of a file (identifies weights in cache keys)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_state_atomic(state: object, path: Path) -> None:

@@ -71,6 +71,24 @@ def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None
         assert message in err.value.message, (what, err.value.message)
 
 
+def test_bad_input_fails_at_pending_without_a_pod(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """A data-set typo the API server cannot see fails the job at once: no estimate Job runs."""
+    name = _create(kube, shared_ns, job_manifest("typo", dataset={"name": "cifar10"}))
+    obj = wait_phase(kube, shared_ns, name, DONE, 60, operator)
+    status = obj["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "BadInput"), status
+    assert "'spec.dataset.name': unknown data set 'cifar10'" in status["message"]
+    assert any(c["type"] == "Failed" and c["reason"] == "BadInput" for c in status["conditions"])
+    assert _jobs(kube, shared_ns, "estimate", name) == []
+    events = kube.wait_for(api_path("v1", "events", shared_ns),
+                           lambda o: any(e["reason"] == "BadInput" for e in o["items"]
+                                         if e["involvedObject"].get("name") == name),
+                           timeout_s=30, interval_s=0.5, what="BadInput event")
+    assert events
+
+
 def test_job_succeeds_then_second_job_hits_the_cache(
     kube: KubeClient, shared_ns: str, operator: OperatorProcess
 ) -> None:

@@ -107,3 +107,25 @@ def test_pretrain_recipe_with_compute_choice_makes_weights(
     assert code == 0
     weights = Path(seen.read_text())
     assert weights.is_file() and weights.parent == tmp_path / "cache" / "weights"
+
+
+def test_bad_input_line_becomes_the_termination_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The workload's last stderr line (its one-line error), not a log tail, ends the pod."""
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv("EDGETRAIN_TERMINATION_LOG", str(log))
+    script = (
+        "import sys\nprint('progress', flush=True)\n"
+        "print('warning: something', file=sys.stderr)\n"
+        "print('error: job.yaml, field \\'spec.dataset.name\\': unknown data set',\n"
+        "      file=sys.stderr)\n"
+        "sys.exit(2)\n"
+    )
+    assert run_worker([sys.executable, "-c", script], namespace="ns") == 2
+    assert log.read_text() == "error: job.yaml, field 'spec.dataset.name': unknown data set"
+    err = capfd.readouterr().err
+    assert "warning: something" in err and "exited with 2" in err  # still in the log
+    log.unlink()
+    assert run_worker(_child([], 0), namespace="ns") == 0
+    assert not log.exists()  # success writes no termination message

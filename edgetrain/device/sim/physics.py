@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from edgetrain.api.errors import BadInputError
 from edgetrain.device.sim.boards import BOARDS, BoardSpec
 
 if TYPE_CHECKING:
     from edgetrain.workloads.models import WorkloadCost
 
 
-class UnknownBoardError(KeyError):
+class UnknownBoardError(BadInputError, KeyError):
     """Raised for a board name the twin does not know."""
 
 
