@@ -87,6 +87,7 @@ def release(cluster: LocalCluster, kube: KubeClient, namespace: str) -> Iterator
          "--set", "operator.replicas=0",
          # The agent's ServiceAccount and RBAC are wanted; its DaemonSet must match no node.
          "--set-json", 'agent.nodeSelector={"edgetrain.io/images-test":"none"}',
+         "--set", "checkNodeSelectors=false",  # on purpose: the chart would refuse it
          "--set", f"operator.settings.namespaces={{{namespace}}}",
          kubeconfig=cluster.kubeconfig)
     try:

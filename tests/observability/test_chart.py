@@ -223,3 +223,8 @@ def test_a_node_selector_matching_no_node_fails_the_install(
     ok = helm("install", "match", str(CHART), "-n", namespace, "--dry-run=server",
               kubeconfig=cluster.kubeconfig, check=False)
     assert ok.returncode == 0, ok.stderr
+    later = helm("install", "later", str(CHART), "-n", namespace, "--dry-run=server",
+                 "--set-json", 'agent.nodeSelector={"edgetrain.io/device-model":"jetson-agx"}',
+                 "--set", "checkNodeSelectors=false",  # the Jetsons join after the install
+                 kubeconfig=cluster.kubeconfig, check=False)
+    assert later.returncode == 0, later.stderr

@@ -60,7 +60,7 @@ would leave a DaemonSet with zero pods and a Deployment Pending, with no error a
 */}}
 {{- define "edgetrain.checkSelector" -}}
 {{- $nodes := lookup "v1" "Node" "" "" -}}
-{{- if and $nodes .selector -}}
+{{- if and .root.Values.checkNodeSelectors $nodes .selector -}}
 {{- $found := false -}}
 {{- range $nodes.items -}}
 {{- $labels := .metadata.labels | default dict -}}
@@ -71,7 +71,7 @@ would leave a DaemonSet with zero pods and a Deployment Pending, with no error a
 {{- if $ok -}}{{- $found = true -}}{{- end -}}
 {{- end -}}
 {{- if not $found -}}
-{{- fail (printf "%s %s matches no Node in this cluster, so nothing would be scheduled: label the nodes it should select (kubectl label node NAME KEY=VALUE) or change %s" .what (toJson .selector) .what) -}}
+{{- fail (printf "%s %s matches no Node in this cluster, so nothing would be scheduled: label the nodes it should select (kubectl label node NAME KEY=VALUE) or change %s (checkNodeSelectors=false installs before the nodes join)" .what (toJson .selector) .what) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
