@@ -10,6 +10,7 @@ from typing import Any
 
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, profile_cache_key
 from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, ANNOTATION_POWER_LIMIT_WATTS
+from edgetrain.kube import SERVICE_ACCOUNT_DIR
 from edgetrain.operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
@@ -28,7 +29,6 @@ MANAGER = "edgetrain-operator"
 ANNOTATION_INJECT = "edgetrain.io/inject-failures"
 WORK = "/work"
 GPU_RESOURCE = "nvidia.com/gpu"
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def short_name(base: str, suffix: str, limit: int = 52) -> str:
@@ -201,7 +201,7 @@ def _worker_args(
     extra: list[str] | None = None,
 ) -> list[str]:
     # The service-account mount as an argument: virtual nodes rewrite mount paths in args.
-    args = ["worker", "--sa-dir", SA_DIR]
+    args = ["worker", "--sa-dir", str(SERVICE_ACCOUNT_DIR)]
     if publish:
         args += ["--publish", publish]
     for key, path in (files or {}).items():
