@@ -9,6 +9,7 @@ import pytest
 
 from edgetrain.api import EfficiencyVector, ProfilePoint, write_efficiency, write_profile
 from edgetrain.device.sim import DeviceTwin
+from edgetrain.workloads import workload_cost
 
 MHZ = 1_000_000
 
@@ -64,5 +65,11 @@ def figure1_files(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.fixture
 def nano(tmp_path: Path) -> Iterator[DeviceTwin]:
     """A live Nano twin whose power settles in 50 ms, for fast profiling tests (simulated)."""
-    with DeviceTwin("jetson-nano", tmp_path / "twin", tick_s=0.01, power_settle_tau_s=0.05) as twin:
+    with DeviceTwin(
+        "jetson-nano",
+        tmp_path / "twin",
+        tick_s=0.01,
+        power_settle_tau_s=0.05,
+        cost_of=workload_cost,
+    ) as twin:
         yield twin

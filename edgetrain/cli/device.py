@@ -125,6 +125,7 @@ def sim(
     from edgetrain.device.devfreq import GpuDevfreq
     from edgetrain.device.errors import DeviceError
     from edgetrain.device.sim import BOARDS, DeviceTwin
+    from edgetrain.workloads import workload_cost
 
     if model not in BOARDS:
         _err.print(f"error: unknown board {model!r}; choose one of: {', '.join(BOARDS)}")
@@ -137,7 +138,13 @@ def sim(
         if root.exists() and not root.is_dir():
             raise InputError("--root", f"{root} exists and is not a folder")
     twin = DeviceTwin(
-        model, root, tick_s=tick_s, seed=seed, noise_rel=noise, thermal_throttle=thermal_throttle
+        model,
+        root,
+        tick_s=tick_s,
+        seed=seed,
+        noise_rel=noise,
+        thermal_throttle=thermal_throttle,
+        cost_of=workload_cost,
     )
     with twin:
         if gpu_freq_mhz is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from edgetrain.device.sim import DeviceTwin
+from edgetrain.workloads import workload_cost
 
 # The twin polls its files for frequency writes from pod processes and rewrites the power
 # files every tick; 10 Hz keeps several twins cheap on a 2-core machine.
@@ -34,7 +35,7 @@ class SimTwin:
     """edgetrain.device.sim.DeviceTwin running in the agent process."""
 
     def __init__(self, board: str, directory: Path, tick_s: float = VNODE_TWIN_TICK_S) -> None:
-        self.device = DeviceTwin(board, directory, tick_s=tick_s).start()
+        self.device = DeviceTwin(board, directory, tick_s=tick_s, cost_of=workload_cost).start()
 
     @property
     def root(self) -> Path:

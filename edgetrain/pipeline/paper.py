@@ -37,6 +37,7 @@ from edgetrain.planner import (
     plan,
     select,
 )
+from edgetrain.workloads import workload_cost
 from edgetrain.workloads.progress import Reporter
 
 MHZ = 1_000_000
@@ -390,7 +391,7 @@ def _power_range_w(board: str, batch_sizes: Sequence[int]) -> tuple[float, float
 
     model, shape, classes = LIMIT_REFERENCE_MODEL
     peaks = [
-        ground_truth(board, model, b, f, input_shape=shape, num_classes=classes).peak_power_w
+        ground_truth(board, workload_cost(model, shape, classes), b, f).peak_power_w
         for b in batch_sizes
         for f in BOARDS[board].gpu_freqs_hz
     ]
@@ -664,7 +665,7 @@ def truth_lut(
     freqs = sorted(BOARDS[board].gpu_freqs_hz)
     bs = sorted(batch_sizes)
     cells = [
-        [ground_truth(board, model, b, f, input_shape=shape, num_classes=classes) for f in freqs]
+        [ground_truth(board, workload_cost(model, shape, classes), b, f) for f in freqs]
         for b in bs
     ]
     return Lut.from_grid(

@@ -28,6 +28,7 @@ from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
 from edgetrain.pipeline.validate import validate_job
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
+from edgetrain.workloads import workload_cost
 from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.device_session import DeviceSession, SessionMeter
 from edgetrain.workloads.estimate import EstimateSpec, estimate
@@ -96,7 +97,8 @@ def open_device(device: str, workdir: Path) -> Iterator[DeviceSession]:
             f"spec.placement.device must be 'sim:<board>' or 'local', got {device!r}"
         )
     root = workdir / "twin"
-    with DeviceTwin(device.removeprefix("sim:"), root), DeviceSession(root) as session:
+    twin = DeviceTwin(device.removeprefix("sim:"), root, cost_of=workload_cost)
+    with twin, DeviceSession(root) as session:
         yield session
 
 

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from edgetrain.api.workload import COST_MODEL_VERSION
 from edgetrain.device.sim import BOARDS, PowerMode, get_board, ground_truth, max_power_mode
 from edgetrain.planner.predict import FloatArray, IntArray, ModeSpace, Target
+from edgetrain.workloads import workload_cost
 
 #: Bump when the predictor's file format or feature definition changes.
 PREDICTOR_FORMAT_VERSION = 1
@@ -69,6 +71,7 @@ def board_space(
 def twin_table(board: str, workload: Workload, grid: IntArray) -> dict[Target, FloatArray]:
     """Noise-free simulated time per sample, peak and mean power for every grid row."""
     spec = get_board(board)
+    cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
     out = {t: np.empty(len(grid)) for t in Target}
     modes: dict[tuple[int, int, int], PowerMode] = {}
     for i, (b, gpu, cpu, cores, emc) in enumerate(grid.tolist()):
@@ -77,15 +80,7 @@ def twin_table(board: str, workload: Workload, grid: IntArray) -> dict[Target, F
             mode = modes[(cpu, cores, emc)] = PowerMode(
                 cpu_cores=cores, cpu_freq_hz=cpu, emc_freq_hz=emc
             )
-        gt = ground_truth(
-            spec,
-            workload.model,
-            b,
-            gpu,
-            mode,
-            input_shape=workload.input_shape,
-            num_classes=workload.num_classes,
-        )
+        gt = ground_truth(spec, cost, b, gpu, mode)
         out[Target.time][i] = gt.time_per_sample_s
         out[Target.peak_power][i] = gt.peak_power_w
         out[Target.mean_power][i] = gt.mean_power_w
@@ -106,9 +101,8 @@ def twin_fingerprint(board: str, workload: Workload) -> str:
     """Version of the twin's model for one board and workload: a hash of its constants and of
     its outputs on probe points, so a change to coefficients, formulas or FLOP counting shows.
     """
-    from edgetrain.workloads.models import COST_MODEL_VERSION
-
     spec = get_board(board)
+    cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
     top = max_power_mode(spec)
     probes: list[list[float]] = []
     for b in (1, 16, 256):
@@ -121,15 +115,7 @@ def twin_fingerprint(board: str, workload: Workload) -> str:
                     emc_freq_hz=min(spec.emc_freqs_hz),
                 ),
             ):
-                gt = ground_truth(
-                    spec,
-                    workload.model,
-                    b,
-                    gpu,
-                    mode,
-                    input_shape=workload.input_shape,
-                    num_classes=workload.num_classes,
-                )
+                gt = ground_truth(spec, cost, b, gpu, mode)
                 probes.append(
                     [
                         float(f"{v:.6g}")

@@ -16,6 +16,7 @@ from edgetrain.device import (
     select_power_sensor,
 )
 from edgetrain.device.sim import PowerMode, TwinWorkload, ground_truth, read_state, write_workload
+from edgetrain.workloads import workload_cost
 from edgetrain.workloads.train import DeviceUsage
 
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
@@ -97,15 +98,8 @@ class DeviceSession:
             if state
             else None
         )
-        truth = ground_truth(
-            self.board_name,
-            workload.model,
-            workload.batch_size,
-            gpu_freq_hz,
-            mode,
-            input_shape=workload.input_shape,
-            num_classes=workload.num_classes,
-        )
+        cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
+        truth = ground_truth(self.board_name, cost, workload.batch_size, gpu_freq_hz, mode)
         return truth.time_per_batch_s
 
 

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.api.workload import COST_MODEL_VERSION, WorkloadCost
 from edgetrain.workloads.catalog import MODELS
 from edgetrain.workloads.charformer import CharTransformer
-
-#: Bump when the way costs are computed changes, so stale disk-cache entries are ignored.
-COST_MODEL_VERSION = 1
 
 
 class BasicBlock(nn.Module):
@@ -204,22 +201,6 @@ def build_model(name: str, in_channels: int = 3, num_classes: int = 10) -> nn.Mo
             f"unknown model {name!r}; registered models: {', '.join(model_names())}"
         ) from None
     return builder(in_channels, num_classes)
-
-
-class WorkloadCost(BaseModel):
-    """Training cost of one sample for a model at an input shape (forward + backward)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str
-    input_shape: tuple[int, ...]
-    num_classes: int
-    flops_per_sample: float
-    forward_flops_per_sample: float
-    activation_bytes_per_sample: float
-    param_count: int
-    param_bytes: int
-    cost_model_version: int = COST_MODEL_VERSION
 
 
 def cache_dir() -> Path:

@@ -9,12 +9,13 @@ from typer.testing import CliRunner
 
 from edgetrain.cli.device import app
 from edgetrain.device.sim import DeviceTwin
+from edgetrain.workloads import workload_cost
 
 runner = CliRunner()
 
 
 def test_info_json_on_a_twin(tmp_path: Path) -> None:
-    with DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0) as twin:
+    with DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost) as twin:
         twin.set_workload("resnet18", 64)
         result = runner.invoke(app, ["info", "--sysfs-root", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
@@ -30,7 +31,7 @@ def test_info_json_on_a_twin(tmp_path: Path) -> None:
 
 
 def test_info_table_labels_simulated(tmp_path: Path) -> None:
-    with DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0):
+    with DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0, cost_of=workload_cost):
         result = runner.invoke(app, ["info", "--sysfs-root", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "(simulated)" in result.stdout and "sum of rails" in result.stdout

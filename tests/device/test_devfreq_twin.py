@@ -10,11 +10,14 @@ import pytest
 from edgetrain.device import FrequencyRange, GpuDevfreq, UnsupportedFrequencyError
 from edgetrain.device.sim import BOARDS, DeviceTwin
 from edgetrain.device.sysfs import write_value
+from edgetrain.workloads import workload_cost
 
 
 @pytest.fixture(params=sorted(BOARDS))
 def twin(request: pytest.FixtureRequest, tmp_path: Path) -> DeviceTwin:
-    t = DeviceTwin(request.param, tmp_path / request.param, noise_rel=0.0).build()
+    t = DeviceTwin(
+        request.param, tmp_path / request.param, noise_rel=0.0, cost_of=workload_cost
+    ).build()
     yield t
     t.stop()
 
@@ -40,7 +43,7 @@ def test_pin_restore_round_trip_every_board(twin: DeviceTwin) -> None:
 
 
 def test_wrong_frequency_lists_valid_ones_in_mhz(tmp_path: Path) -> None:
-    with DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0) as _twin:
+    with DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost) as _twin:
         node = GpuDevfreq.discover(tmp_path)
         with pytest.raises(UnsupportedFrequencyError) as info:
             node.pin(500_000_000)
@@ -52,7 +55,7 @@ def test_wrong_frequency_lists_valid_ones_in_mhz(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("board", ["jetson-nano", "jetson-tx2-nx"])
 def test_naive_order_fails_on_49_kernel_ours_succeeds(board: str, tmp_path: Path) -> None:
-    twin = DeviceTwin(board, tmp_path, noise_rel=0.0).build()
+    twin = DeviceTwin(board, tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
     try:
         node = GpuDevfreq.discover(tmp_path)
         table = node.available_frequencies_hz()
@@ -76,7 +79,7 @@ def test_naive_order_fails_on_49_kernel_ours_succeeds(board: str, tmp_path: Path
 
 
 def test_new_kernel_accepts_any_order(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0).build()
+    twin = DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
     try:
         node = GpuDevfreq.discover(tmp_path)
         table = node.available_frequencies_hz()
@@ -89,7 +92,7 @@ def test_new_kernel_accepts_any_order(tmp_path: Path) -> None:
 
 
 def test_cross_process_writes_are_reconciled(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0).build()
+    twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
     try:
         node = GpuDevfreq.discover(tmp_path)
         # Another process writes the plain file (no hook): a between-OPP value snaps up [R22].

@@ -18,6 +18,7 @@ from edgetrain.device.sim import (
     max_power_mode,
 )
 from edgetrain.device.sim.physics import UnknownBoardError, get_board, gpu_voltage_ratio
+from edgetrain.workloads import workload_cost
 
 MHZ = 1_000_000
 NANO = "jetson-nano"
@@ -25,7 +26,7 @@ BATCHES = (4, 8, 16, 32, 64, 128)
 
 
 def peak(b: int, f_mhz: float) -> float:
-    return ground_truth(NANO, "resnet18", b, round(f_mhz * MHZ)).peak_power_w
+    return ground_truth(NANO, workload_cost("resnet18"), b, round(f_mhz * MHZ)).peak_power_w
 
 
 def test_fig1_5w_b128_is_limited_to_307mhz() -> None:
@@ -39,8 +40,8 @@ def test_fig1_5w_b64_reaches_460mhz() -> None:
 
 
 def test_fig1_joint_choice_is_faster() -> None:
-    fast = ground_truth(NANO, "resnet18", 64, 460_800_000)
-    baseline = ground_truth(NANO, "resnet18", 128, 307_200_000)
+    fast = ground_truth(NANO, workload_cost("resnet18"), 64, 460_800_000)
+    baseline = ground_truth(NANO, workload_cost("resnet18"), 128, 307_200_000)
     assert fast.time_per_sample_s < baseline.time_per_sample_s
     # paper: 31.9 % less time; the model gives ~29 %
     assert 0.6 < fast.time_per_sample_s / baseline.time_per_sample_s < 0.8
@@ -49,7 +50,7 @@ def test_fig1_joint_choice_is_faster() -> None:
 @pytest.mark.parametrize(("f_mhz", "limit_w"), [(307.2, 4.5), (614.4, 7.0)])
 def test_baseline1_safe_frequencies(f_mhz: float, limit_w: float) -> None:
     for model, b in itertools.product(("resnet18", "resnet8", "mobilenetv2"), BATCHES):
-        gt = ground_truth(NANO, model, b, round(f_mhz * MHZ))
+        gt = ground_truth(NANO, workload_cost(model), b, round(f_mhz * MHZ))
         assert gt.peak_power_w <= limit_w, (model, b)
 
 
@@ -61,7 +62,7 @@ def test_top_frequency_has_no_limit_but_stays_in_maxn_budget() -> None:
 def test_idle_and_training_power_ranges() -> None:
     assert 1.0 <= idle_power(get_board(NANO)).total_w <= 1.5
     for b in (32, 64):
-        mean = ground_truth(NANO, "resnet18", b, 921_600_000).mean_power_w
+        mean = ground_truth(NANO, workload_cost("resnet18"), b, 921_600_000).mean_power_w
         assert 6.0 <= mean <= 8.0, b
 
 
@@ -71,9 +72,9 @@ def test_every_board_matches_the_estimated_envelope(board: str) -> None:
     target = POWER_TARGETS_W[board]
     lo, hi = target["idle"]
     assert lo <= idle_power(spec).total_w <= hi
-    top = ground_truth(spec, "resnet18", 64, spec.gpu_fmax_hz).mean_power_w
+    top = ground_truth(spec, workload_cost("resnet18"), 64, spec.gpu_fmax_hz).mean_power_w
     assert target["fmax"][0] <= top <= target["fmax"][1]
-    bottom = ground_truth(spec, "resnet18", 64, spec.gpu_fmin_hz).mean_power_w
+    bottom = ground_truth(spec, workload_cost("resnet18"), 64, spec.gpu_fmin_hz).mean_power_w
     # fmin range widened by 10 %: the Nano's Fig. 1 calibration leaves b=64 at ~2.4 W
     assert 0.9 * target["fmin"][0] <= bottom <= 1.1 * target["fmin"][1]
 
@@ -83,7 +84,7 @@ def test_monotonic_in_frequency(board: str) -> None:
     spec = get_board(board)
     prev = None
     for f in sorted(spec.gpu_freqs_hz):
-        gt = ground_truth(spec, "resnet18", 32, f)
+        gt = ground_truth(spec, workload_cost("resnet18"), 32, f)
         assert gt.simulated is True
         assert gt.mean_power_w <= gt.peak_power_w + 1e-9
         if prev is not None:
@@ -109,17 +110,19 @@ def test_power_mode_counts_match_powertrain_table2() -> None:
 def test_power_mode_changes_time_and_power() -> None:
     board = "jetson-agx-orin"
     spec = get_board(board)
-    full = ground_truth(board, "resnet18", 16, spec.gpu_fmax_hz, max_power_mode(board))
+    full = ground_truth(
+        board, workload_cost("resnet18"), 16, spec.gpu_fmax_hz, max_power_mode(board)
+    )
     weak = PowerMode(
         cpu_cores=2, cpu_freq_hz=min(spec.cpu_freqs_hz), emc_freq_hz=min(spec.emc_freqs_hz)
     )
-    slow = ground_truth(board, "resnet18", 16, spec.gpu_fmax_hz, weak)
+    slow = ground_truth(board, workload_cost("resnet18"), 16, spec.gpu_fmax_hz, weak)
     assert slow.time_per_sample_s > 2 * full.time_per_sample_s
     assert slow.mean_power_w < full.mean_power_w
 
 
 def test_unknown_board_and_bad_batch() -> None:
     with pytest.raises(UnknownBoardError, match="jetson-nano"):
-        ground_truth("jetson-xyz", "resnet18", 8, 1)
+        ground_truth("jetson-xyz", workload_cost("resnet18"), 8, 1)
     with pytest.raises(ValueError, match="batch_size"):
-        ground_truth(NANO, "resnet18", 0, 921_600_000)
+        ground_truth(NANO, workload_cost("resnet18"), 0, 921_600_000)

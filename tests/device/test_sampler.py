@@ -18,6 +18,7 @@ from edgetrain.device import (
 )
 from edgetrain.device.sampler import relative_spread, summarize
 from edgetrain.device.sim import DeviceTwin
+from edgetrain.workloads import workload_cost
 
 
 class _Ramp:
@@ -57,7 +58,13 @@ def test_sampler_interval_and_window() -> None:
 
 def test_sampler_matches_twin_trace(tmp_path: Path) -> None:
     with DeviceTwin(
-        "jetson-nano", tmp_path, tick_s=0.005, noise_rel=0.01, power_settle_tau_s=0.0, seed=7
+        "jetson-nano",
+        tmp_path,
+        tick_s=0.005,
+        noise_rel=0.01,
+        power_settle_tau_s=0.0,
+        seed=7,
+        cost_of=workload_cost,
     ) as twin:
         twin.set_workload("resnet8", 16)  # ~95 ms minibatches, ~35 % GPU-busy: a square wave
         gt = twin.ground_truth(16, 921_600_000)
@@ -82,7 +89,12 @@ def test_sampler_matches_twin_trace(tmp_path: Path) -> None:
 def test_stabilisation_waits_out_a_step(tmp_path: Path) -> None:
     tau = 0.2
     with DeviceTwin(
-        "jetson-nano", tmp_path, tick_s=0.01, noise_rel=0.005, power_settle_tau_s=tau
+        "jetson-nano",
+        tmp_path,
+        tick_s=0.01,
+        noise_rel=0.005,
+        power_settle_tau_s=tau,
+        cost_of=workload_cost,
     ) as twin:
         node = GpuDevfreq.discover(tmp_path)
         node.pin(307_200_000)

@@ -18,11 +18,12 @@ from edgetrain.device.sim import (
     read_state,
     write_workload,
 )
+from edgetrain.workloads import workload_cost
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
 def test_tree_layout_matches_the_board(board: str, tmp_path: Path) -> None:
-    twin = DeviceTwin(board, tmp_path, noise_rel=0.0).build()
+    twin = DeviceTwin(board, tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
     try:
         spec = twin.spec
         ident = detect_board(tmp_path)
@@ -45,7 +46,9 @@ def test_tree_layout_matches_the_board(board: str, tmp_path: Path) -> None:
 
 
 def test_workload_file_drives_power_from_another_writer(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-orin-nano", tmp_path, noise_rel=0.0, power_settle_tau_s=0.0).build()
+    twin = DeviceTwin(
+        "jetson-orin-nano", tmp_path, noise_rel=0.0, power_settle_tau_s=0.0, cost_of=workload_cost
+    ).build()
     try:
         sensor = SysfsPowerSensor.discover(tmp_path)
         idle = sensor.read_total_w()
@@ -67,7 +70,9 @@ def test_workload_file_drives_power_from_another_writer(tmp_path: Path) -> None:
 
 def test_noise_is_seeded_and_reproducible(tmp_path: Path) -> None:
     def run(seed: int, where: Path) -> list[float]:
-        twin = DeviceTwin("jetson-nano", where, noise_rel=0.02, seed=seed).build()
+        twin = DeviceTwin(
+            "jetson-nano", where, noise_rel=0.02, seed=seed, cost_of=workload_cost
+        ).build()
         try:
             return [twin.tick(now=100.0 + i * 0.01).total_power_w for i in range(20)]
         finally:
@@ -86,6 +91,7 @@ def test_thermal_throttling_lowers_cur_freq_not_max(tmp_path: Path) -> None:
         throttle_c=40.0,
         thermal_tau_s=0.5,
         power_settle_tau_s=0.0,
+        cost_of=workload_cost,
     ).build()
     try:
         twin.set_workload("resnet18", 128)
@@ -103,7 +109,9 @@ def test_thermal_throttling_lowers_cur_freq_not_max(tmp_path: Path) -> None:
 
 
 def test_power_mode_files_feed_the_model(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-agx-orin", tmp_path, noise_rel=0.0, power_settle_tau_s=0.0).build()
+    twin = DeviceTwin(
+        "jetson-agx-orin", tmp_path, noise_rel=0.0, power_settle_tau_s=0.0, cost_of=workload_cost
+    ).build()
     try:
         spec = twin.spec
         twin.set_workload("resnet18", 32)

@@ -15,6 +15,7 @@ from edgetrain.api import read_profile
 from edgetrain.api.profile import read_profile_metadata
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import DeviceTwin, ground_truth
+from edgetrain.workloads import workload_cost
 from tests.helpers import FAST_PROFILE_ARGS, run_edgetrain
 
 FREQS = "76.8MHz,230.4MHz,460.8MHz,921.6MHz"
@@ -54,7 +55,10 @@ def test_frontier_profile_measures_fewer_points_and_restores(
     assert points[0].batch_size == 128 and points[0].gpu_freq_hz == 76_800_000
     # Simulated times are the twin's model; power is what the sampler read from the tree.
     truth = ground_truth(
-        "jetson-nano", "resnet8-w025", 128, 76_800_000, input_shape=(1, 28, 28), num_classes=10
+        "jetson-nano",
+        workload_cost("resnet8-w025", input_shape=(1, 28, 28), num_classes=10),
+        128,
+        76_800_000,
     )
     assert points[0].time_per_sample_s == pytest.approx(truth.time_per_sample_s, rel=1e-6)
     assert points[0].peak_power_w == pytest.approx(truth.peak_power_w, rel=0.1)
@@ -183,7 +187,10 @@ def test_train_on_twin_reports_simulated_device_time_and_energy(
     assert proc.returncode == 4, proc.stderr  # budget exhausted before 99 %
     usage = json.loads(proc.stdout.splitlines()[-1])["usage"]
     truth = ground_truth(
-        "jetson-nano", "resnet8-w025", 32, 460_800_000, input_shape=(1, 28, 28), num_classes=10
+        "jetson-nano",
+        workload_cost("resnet8-w025", input_shape=(1, 28, 28), num_classes=10),
+        32,
+        460_800_000,
     )
     assert usage["simulated"] is True
     assert usage["device_time_s"] == pytest.approx(20 * truth.time_per_batch_s, rel=1e-6)

@@ -11,15 +11,13 @@ CPU clock. Every number produced here is simulated and labelled so.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from edgetrain.api.errors import BadInputError
+from edgetrain.api.workload import WorkloadCost
 from edgetrain.device.sim.boards import BOARDS, BoardSpec
-
-if TYPE_CHECKING:
-    from edgetrain.workloads.models import WorkloadCost
 
 
 class UnknownBoardError(BadInputError, KeyError):
@@ -171,24 +169,18 @@ def _validate(spec: BoardSpec, batch_size: int, gpu_freq_hz: int, mode: PowerMod
 
 def ground_truth(
     board: str | BoardSpec,
-    model: str,
+    cost: WorkloadCost,
     batch_size: int,
     gpu_freq_hz: int,
     mode: PowerMode | None = None,
-    *,
-    input_shape: tuple[int, ...] = (3, 32, 32),
-    num_classes: int = 10,
 ) -> GroundTruth:
-    """Noise-free time per sample and peak/mean power of training `model` on `board` (simulated).
+    """Noise-free time per sample and peak/mean power of training a workload of `cost` on
+    `board` (simulated).
 
     Frequencies need not be on the tables (the twin passes the effective, possibly throttled,
     clock); profilers compare their measurements against this.
     """
     spec = get_board(board)
-    # Lazy: counting FLOPs needs PyTorch, which tools that only read the tree should not load.
-    from edgetrain.workloads.models import workload_cost
-
-    cost = workload_cost(model, input_shape, num_classes)
     return _ground_truth(spec, cost, batch_size, gpu_freq_hz, mode or max_power_mode(spec))
 
 

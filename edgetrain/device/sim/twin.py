@@ -25,6 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from edgetrain.api.workload import CostFunction, WorkloadCost
+from edgetrain.device.errors import DeviceError
 from edgetrain.device.sim.boards import BoardSpec, SensorSpec
 from edgetrain.device.sim.control import (
     STATE_FILE,
@@ -89,8 +91,11 @@ class DeviceTwin:
         thermal_tau_s: float | None = None,
         power_settle_tau_s: float | None = None,
         trace_len: int = 200_000,
+        cost_of: CostFunction | None = None,
     ) -> None:
         self.spec = get_board(board)
+        # The owner counts FLOPs (that needs the PyTorch models); the twin only simulates.
+        self._cost_of = cost_of
         self.root = Path(root)
         self.tick_s = tick_s
         self.noise_rel = noise_rel
@@ -313,15 +318,16 @@ class DeviceTwin:
     ) -> GroundTruth:
         """The model's exact figures for this board (defaults: current workload and mode)."""
         wl = self._workload
-        return ground_truth(
-            self.spec,
-            model or wl.model,
-            batch_size,
-            gpu_freq_hz,
-            mode or self._mode,
-            input_shape=wl.input_shape,
-            num_classes=wl.num_classes,
-        )
+        cost = self._cost(model or wl.model, wl.input_shape, wl.num_classes)
+        return ground_truth(self.spec, cost, batch_size, gpu_freq_hz, mode or self._mode)
+
+    def _cost(self, model: str, input_shape: tuple[int, ...], num_classes: int) -> WorkloadCost:
+        if self._cost_of is None:
+            raise DeviceError(
+                f"the twin of {self.spec.name} was started without a cost function and cannot"
+                f" simulate {model}; pass cost_of=edgetrain.workloads.models.workload_cost"
+            )
+        return self._cost_of(model, input_shape, num_classes)
 
     def current_mode(self) -> PowerMode:
         """The power mode last read from the tree."""
@@ -443,15 +449,8 @@ class DeviceTwin:
         key = (wl.model, wl.input_shape, wl.num_classes, wl.batch_size, freq_hz, self._mode)
         gt = self._gt_cache.get(key)
         if gt is None:
-            gt = ground_truth(
-                self.spec,
-                wl.model,
-                wl.batch_size,
-                freq_hz,
-                self._mode,
-                input_shape=wl.input_shape,
-                num_classes=wl.num_classes,
-            )
+            cost = self._cost(wl.model, wl.input_shape, wl.num_classes)
+            gt = ground_truth(self.spec, cost, wl.batch_size, freq_hz, self._mode)
             self._gt_cache[key] = gt
         return gt
 
