@@ -28,7 +28,7 @@ BoardsOpt = Annotated[str, typer.Option(help="Comma-separated simulated boards, 
 
 
 def _boards(text: str) -> list[str]:
-    from edgetrain.planner.predict_twin import simulated_boards
+    from edgetrain.predictor.twin_data import simulated_boards
 
     known = simulated_boards()
     if text.strip() == "all":
@@ -62,14 +62,14 @@ def train_reference_command(
     Measurements are the twin's ground truth plus seeded Gaussian noise (simulated); the file is
     stamped with the twin's fingerprint so a later twin change marks it stale.
     """
-    from edgetrain.planner.predict_refs import (
+    from edgetrain.predictor.reference import (
         REFERENCE_CONFIG,
         package_dir,
         save_reference,
         train_reference,
         write_reference_card,
     )
-    from edgetrain.planner.predict_twin import Workload
+    from edgetrain.workloads.profile_predicted import reference_workload_cost
 
     with exit_codes():
         boards = _boards(board)
@@ -88,7 +88,7 @@ def train_reference_command(
 
                 ref = train_reference(
                     name,
-                    Workload.named(model),
+                    reference_workload_cost(model),
                     points=points,
                     config=config,
                     noise_rel=noise,
@@ -141,10 +141,11 @@ def bench_predictor(
 ) -> None:
     """Predicted profiles vs the paper's baselines on the board twins (all figures simulated)."""
     from edgetrain.api.io import write_text_atomic
-    from edgetrain.planner.predict import Loss, TrainConfig
     from edgetrain.planner.predict_bench import BenchConfig, markdown_tables, run_case
-    from edgetrain.planner.predict_refs import load_reference
-    from edgetrain.planner.predict_twin import Workload
+    from edgetrain.predictor.mlp import Loss, TrainConfig
+    from edgetrain.predictor.reference import load_reference
+    from edgetrain.workloads import workload_cost
+    from edgetrain.workloads.profile_predicted import reference_workload_cost
 
     with exit_codes():
         config = BenchConfig(
@@ -168,10 +169,10 @@ def bench_predictor(
         with Reporter(json_lines=json_output) as reporter:
             reporter.start("bench predictor (simulated)", len(cases), simulated=True)
             for i, (ref_board, board, wl, loss) in enumerate(cases):
-                reference = load_reference(ref_board, references)
+                reference = load_reference(ref_board, references, cost_of=workload_cost)
                 result = run_case(
                     board,
-                    Workload.named(wl),
+                    reference_workload_cost(wl),
                     reference,
                     config,
                     loss=loss,

@@ -424,7 +424,7 @@ def profile_command(
             write_profile(output, run.points)
             write_profile_metadata(output, run.metadata)
             if run.prediction is not None:
-                from edgetrain.planner.predict_profile import write_prediction_report
+                from edgetrain.workloads.profile_predicted import write_prediction_report
 
                 write_prediction_report(output, run.prediction)
             reporter.event("result", output=str(output), **run.metadata.model_dump())

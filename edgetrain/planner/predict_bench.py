@@ -16,33 +16,29 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from edgetrain.api.profile import ProfilePoint
+from edgetrain.api.workload import WorkloadCost
 from edgetrain.planner.frontier import frontier_order
 from edgetrain.planner.lut import Lut
-from edgetrain.planner.predict import (
+from edgetrain.planner.select import select
+from edgetrain.predictor.mlp import Loss, TrainConfig, TransferMode, fit_predictor, mape
+from edgetrain.predictor.reference import Reference
+from edgetrain.predictor.space import (
     FloatArray,
     IntArray,
-    Loss,
     ModeSpace,
     Target,
-    TrainConfig,
-    TransferMode,
     cover_sample,
-    fit_predictor,
-    mape,
     predicted_lut,
 )
-from edgetrain.planner.predict_refs import Reference
-from edgetrain.planner.predict_twin import (
+from edgetrain.predictor.twin_data import (
     DEFAULT_NOISE_REL,
     StockMode,
-    Workload,
     board_space,
     maxn_mode,
     stock_modes,
     twin_table,
     with_noise,
 )
-from edgetrain.planner.select import select
 
 #: PowerTrain §2.5: power takes 2-3 s to settle after a mode change; then ~40 minibatches.
 SETTLE_S = 3.0
@@ -149,7 +145,7 @@ def _pick(lut: Lut, r: FloatArray, limit: float) -> int | None:
 
 def run_case(
     board: str,
-    workload: Workload,
+    cost: WorkloadCost,
     reference: Reference,
     config: BenchConfig,
     *,
@@ -161,7 +157,7 @@ def run_case(
 
     space = board_space(board, config.batch_sizes)
     grid = space.grid()
-    truth = twin_table(board, workload, grid)
+    truth = twin_table(board, cost, grid)
     true_lut = predicted_lut(space, truth)
     r = np.ones(len(space.batch_sizes))
     peak = truth[Target.peak_power]
@@ -199,7 +195,7 @@ def run_case(
         luts: dict[str, Lut] = {}
         for name, ref in (("PT", reference), ("NN scratch", None)):
             if on_step:
-                on_step(f"{board} {workload.label} seed {seed}: {name}")
+                on_step(f"{board} {cost.model} seed {seed}: {name}")
             start = _time.perf_counter()
             predictor, report = fit_predictor(
                 grid[idx],
@@ -240,7 +236,7 @@ def run_case(
     stats = [_stats(name, tallies[name]) for name in STRATEGIES]
     return CaseResult(
         board=board,
-        workload=workload.label,
+        workload=cost.model,
         reference=reference.name,
         loss=loss,
         modes=n_modes,

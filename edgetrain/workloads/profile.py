@@ -17,7 +17,7 @@ from edgetrain.api.profile import ProfileMetadata, ProfilePoint
 from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
 from edgetrain.device.sim import TwinWorkload
 from edgetrain.planner import baseline_column, frontier_order
-from edgetrain.planner.predict import PredictionReport
+from edgetrain.predictor.mlp import PredictionReport
 from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.device_session import DeviceSession
 from edgetrain.workloads.models import is_text_model
@@ -186,7 +186,7 @@ def profile(
     grid_points = len(batches) * len(freqs)
     if spec.strategy is ProfilingStrategy.predicted:
         # Lazy: the predictor pulls in its reference models only for this strategy.
-        from edgetrain.planner.predict_profile import predicted_profile
+        from edgetrain.workloads.profile_predicted import predicted_profile
 
         profiler = Profiler(spec, session, task)
         predicted = predicted_profile(spec, session, profiler, batches, freqs, reporter)

@@ -13,22 +13,15 @@ import pytest
 from edgetrain.api.profile import format_profile_csv, parse_profile_csv
 from edgetrain.device.sim import BOARDS, count_power_modes
 from edgetrain.planner import Lut
-from edgetrain.planner.predict import (
-    ModeSpace,
+from edgetrain.predictor.mlp import (
     Predictor,
-    Target,
     TargetModel,
     TrainConfig,
-    cover_sample,
     fit_predictor,
     fit_target,
-    grid_rows,
     mape,
-    predicted_lut,
-    profile_points,
-    random_sample,
 )
-from edgetrain.planner.predict_refs import (
+from edgetrain.predictor.reference import (
     Reference,
     StaleReferenceError,
     load_reference,
@@ -37,14 +30,24 @@ from edgetrain.planner.predict_refs import (
     save_reference,
     train_reference,
 )
-from edgetrain.planner.predict_twin import (
-    Workload,
+from edgetrain.predictor.space import (
+    ModeSpace,
+    Target,
+    cover_sample,
+    grid_rows,
+    predicted_lut,
+    profile_points,
+    random_sample,
+)
+from edgetrain.predictor.twin_data import (
     board_space,
     stock_modes,
     twin_fingerprint,
     twin_table,
     with_noise,
 )
+from edgetrain.workloads import workload_cost
+from edgetrain.workloads.profile_predicted import reference_workload_cost
 
 SMALL = ModeSpace(
     batch_sizes=(8, 32),
@@ -98,7 +101,7 @@ def test_fit_target_learns_a_smooth_function() -> None:
 def _small_reference(board: str) -> Reference:
     return train_reference(
         board,
-        Workload.named("resnet18"),
+        reference_workload_cost("resnet18"),
         batch_sizes=(8, 16, 32, 64, 128),
         points=1500,
         config=TrainConfig(batch_size=64, epochs=10),
@@ -117,8 +120,8 @@ def test_transfer_beats_scratch_on_the_same_points(orin_nano_reference: Referenc
     idx = cover_sample(space, 30, seed=0)
     # Judged on 1,500 other points (noise-free), measured on the 30 (1 % noise).
     grid = space.grid(np.setdiff1d(random_sample(space, 1530, seed=1), idx)[:1500])
-    truth = twin_table(board, Workload.named("mobilenetv2"), grid)
-    sampled = twin_table(board, Workload.named("mobilenetv2"), space.grid(idx))
+    truth = twin_table(board, reference_workload_cost("mobilenetv2"), grid)
+    sampled = twin_table(board, reference_workload_cost("mobilenetv2"), space.grid(idx))
     measured = with_noise(sampled, 0.01, seed=0)
     config = TrainConfig(epochs=40, seed=0)
     pt, pt_report = fit_predictor(
@@ -164,7 +167,7 @@ def test_reference_round_trip_and_staleness(
     path = reference_path("jetson-orin-nano", tmp_path)
     save_reference(orin_nano_reference, path)
     assert path.stat().st_size < 400_000
-    loaded = load_reference("jetson-orin-nano", tmp_path)
+    loaded = load_reference("jetson-orin-nano", tmp_path, cost_of=workload_cost)
     grid = board_space("jetson-orin-nano", (16,)).grid()
     for t in Target:
         assert np.array_equal(
@@ -176,7 +179,7 @@ def test_reference_round_trip_and_staleness(
     )
     save_reference(stale, path)
     with pytest.raises(StaleReferenceError, match="train-reference"):
-        load_reference("jetson-orin-nano", tmp_path)
+        load_reference("jetson-orin-nano", tmp_path, cost_of=workload_cost)
     assert read_reference(path).meta.twin_fingerprint == "0" * 16
     monkeypatch.setenv("EDGETRAIN_PREDICTOR_REFS", str(tmp_path))
     assert reference_path("jetson-orin-nano") == path
@@ -184,9 +187,10 @@ def test_reference_round_trip_and_staleness(
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
 def test_shipped_reference_matches_the_twin(board: str) -> None:
-    ref = load_reference(board)  # raises if trained against another twin version
+    # raises if trained against another twin version
+    ref = load_reference(board, cost_of=workload_cost)
     meta = ref.meta
-    assert meta.twin_fingerprint == twin_fingerprint(board, meta.workload)
+    assert meta.twin_fingerprint == twin_fingerprint(board, workload_cost(meta.workload.model))
     assert meta.simulated and meta.config.hidden == (256, 128, 64)
     assert reference_path(board).stat().st_size < 400_000
     assert meta.holdout_mape_pct["time_per_sample_s"] < 6.0

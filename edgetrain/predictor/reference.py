@@ -1,6 +1,6 @@
 """Reference models: trained once per board on a full simulated profile, shipped as package data.
 
-A reference is one `.npz` per board under `edgetrain/planner/references/`: float16 weights of
+A reference is one `.npz` per board under `edgetrain/predictor/references/`: float16 weights of
 the three MLPs (about 85 KB each) and a JSON header with the scalers, the training recipe and
 the twin fingerprint it was trained against. Loading checks the fingerprint, so a reference
 goes stale (and says so) when the twin's physics or cost model changes.
@@ -20,16 +20,10 @@ from pydantic import BaseModel, ConfigDict
 
 from edgetrain.api.errors import BadInputError
 from edgetrain.api.io import write_text_atomic
-from edgetrain.planner.predict import (
-    ModeSpace,
-    Target,
-    TargetModel,
-    TrainConfig,
-    fit_target,
-    mape,
-    random_sample,
-)
-from edgetrain.planner.predict_twin import (
+from edgetrain.api.workload import CostFunction, WorkloadCost
+from edgetrain.predictor.mlp import TargetModel, TrainConfig, fit_target, mape
+from edgetrain.predictor.space import ModeSpace, Target, random_sample
+from edgetrain.predictor.twin_data import (
     DEFAULT_NOISE_REL,
     PREDICTOR_FORMAT_VERSION,
     Workload,
@@ -151,8 +145,11 @@ def read_reference(path: Path) -> Reference:
     return Reference(meta, models)
 
 
-def load_reference(board: str, directory: Path | None = None, *, check: bool = True) -> Reference:
-    """The reference for `board`; raises if missing or trained against another twin version."""
+def load_reference(
+    board: str, directory: Path | None = None, *, cost_of: CostFunction | None
+) -> Reference:
+    """The reference for `board`; raises if missing or, given `cost_of` (the twin check needs
+    the reference workload's cost), if trained against another twin version."""
     path = reference_path(board, directory)
     if not path.is_file():
         raise ReferenceNotFoundError(
@@ -160,9 +157,10 @@ def load_reference(board: str, directory: Path | None = None, *, check: bool = T
             f" --board {board}`"
         )
     reference = read_reference(path)
-    if check:
+    if cost_of is not None:
         meta = reference.meta
-        current = twin_fingerprint(board, meta.workload)
+        wl = meta.workload
+        current = twin_fingerprint(board, cost_of(wl.model, wl.input_shape, wl.num_classes))
         if meta.format_version != PREDICTOR_FORMAT_VERSION or meta.twin_fingerprint != current:
             raise StaleReferenceError(
                 f"{path} was trained against twin {meta.twin_fingerprint} (format"
@@ -174,7 +172,7 @@ def load_reference(board: str, directory: Path | None = None, *, check: bool = T
 
 def train_reference(
     board: str,
-    workload: Workload,
+    cost: WorkloadCost,
     *,
     batch_sizes: tuple[int, ...] = REFERENCE_BATCH_SIZES,
     points: int = REFERENCE_POINTS,
@@ -194,8 +192,8 @@ def train_reference(
     order = np.random.default_rng(seed).permutation(len(both))
     train_idx, hold_idx = both[order[:n]], both[order[n:]]
     grid, hold_grid = space.grid(train_idx), space.grid(hold_idx)
-    measured = with_noise(twin_table(board, workload, grid), noise_rel, seed)
-    truth = twin_table(board, workload, hold_grid) if len(hold_grid) else None
+    measured = with_noise(twin_table(board, cost, grid), noise_rel, seed)
+    truth = twin_table(board, cost, hold_grid) if len(hold_grid) else None
     models: dict[Target, TargetModel] = {}
     scalers: dict[str, TargetScaler] = {}
     holdout: dict[str, float] = {}
@@ -223,8 +221,8 @@ def train_reference(
             on_target(target, holdout.get(target.value, float("nan")))
     meta = ReferenceMeta(
         board=board,
-        workload=workload,
-        twin_fingerprint=twin_fingerprint(board, workload),
+        workload=Workload.of(cost),
+        twin_fingerprint=twin_fingerprint(board, cost),
         batch_sizes=list(batch_sizes),
         points=n,
         noise_rel=noise_rel,

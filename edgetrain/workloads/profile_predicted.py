@@ -1,16 +1,14 @@
 """The `predicted` profiling strategy on a device session (real sysfs or a twin's tree).
 
 Profile k points sampled to cover the (batch size, full power mode) grid, transfer the board's
-reference MLPs to them, and predict the whole table. This module does device I/O (it sets CPU
-cores, CPU and EMC clocks through sysfs) and is imported only by `edgetrain profile`.
+reference MLPs to them, and predict the whole table. Power modes are set through
+`edgetrain.device.power_mode`; this module is imported only by `edgetrain profile`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,88 +16,19 @@ import numpy as np
 from edgetrain.api.errors import BadInputError
 from edgetrain.api.io import write_text_atomic
 from edgetrain.api.profile import ProfilePoint
-from edgetrain.device.sim import BOARDS, read_state
-from edgetrain.planner.predict import (
-    PredictionReport,
-    Target,
-    TrainConfig,
-    cover_sample,
-    fit_predictor,
-    profile_points,
-)
-from edgetrain.planner.predict_refs import load_reference
-from edgetrain.planner.predict_twin import board_space
+from edgetrain.api.workload import WorkloadCost
+from edgetrain.device.power_mode import PowerModeWriter
+from edgetrain.device.sim import BOARDS
+from edgetrain.predictor.mlp import PredictionReport, TrainConfig, fit_predictor
+from edgetrain.predictor.reference import load_reference
+from edgetrain.predictor.space import Target, cover_sample, profile_points
+from edgetrain.predictor.twin_data import board_space
+from edgetrain.workloads import workload_cost
 
 if TYPE_CHECKING:
     from edgetrain.workloads.device_session import DeviceSession
     from edgetrain.workloads.profile import Profiler, ProfileSpec
     from edgetrain.workloads.progress import Reporter
-
-CPU_DIR = "sys/devices/system/cpu"
-
-
-class PowerModeWriter:
-    """Sets online cores, CPU clock cap and EMC clock under a sysfs root; restores on exit.
-
-    The paths are the Jetson ones the twin also watches (jetson-facts.md §1); on a real board
-    this needs root, and nvpmodel must not be changing modes at the same time.
-    """
-
-    def __init__(self, root: Path, board: str) -> None:
-        self.root = root
-        self.spec = BOARDS[board]
-        emc = root / self.spec.emc_debugfs_dir
-        self.emc_rate = emc / ("rate" if "bpmp" in self.spec.emc_debugfs_dir else "clk_rate")
-        self._saved: dict[Path, str] = {}
-
-    def _write(self, path: Path, text: str) -> None:
-        if path not in self._saved:
-            self._saved[path] = path.read_text() if path.exists() else ""
-        path.write_text(text)
-
-    def apply(self, cpu_cores: int, cpu_freq_hz: int, emc_freq_hz: int) -> None:
-        """Online the first `cpu_cores` cores, cap every core's clock, set the EMC rate."""
-        cpu = self.root / CPU_DIR
-        # Cap clocks before onlining cores, so a core never comes up above the new cap.
-        for i in range(self.spec.cpu_cores):
-            self._write(cpu / f"cpu{i}/cpufreq/scaling_max_freq", f"{cpu_freq_hz // 1000}\n")
-        for i in range(1, self.spec.cpu_cores):
-            self._write(cpu / f"cpu{i}/online", "1\n" if i < cpu_cores else "0\n")
-        self._write(self.emc_rate, f"{emc_freq_hz}\n")
-
-    def wait_applied(self, cpu_cores: int, cpu_freq_hz: int, emc_freq_hz: int) -> None:
-        """On a twin, wait until its state reports the mode (it re-reads the files each tick)."""
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            state = read_state(self.root)
-            if state is None:
-                return  # a real board: the writes above took effect synchronously
-            if (state.cpu_cores, state.cpu_freq_hz, state.emc_freq_hz) == (
-                cpu_cores,
-                cpu_freq_hz,
-                emc_freq_hz,
-            ):
-                return
-            time.sleep(0.02)
-        raise BadInputError(f"the device did not take power mode {cpu_cores} cores etc. in 5 s")
-
-    def restore(self) -> None:
-        """Put every written file back as it was (cores online again before clocks)."""
-        for path, text in reversed(list(self._saved.items())):
-            if text:
-                path.write_text(text)
-        self._saved.clear()
-
-    def __enter__(self) -> PowerModeWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.restore()
 
 
 @dataclass(frozen=True)
@@ -132,7 +61,7 @@ def predicted_profile(
             f"no full-mode tables or reference for board {board!r}; the predicted strategy"
             f" knows {', '.join(sorted(BOARDS))}"
         )
-    reference = load_reference(board)
+    reference = load_reference(board, cost_of=workload_cost)
     space = board_space(board, batch_sizes, gpu_freqs_hz)
     k = min(spec.predict_points, space.size)
     flat = cover_sample(space, k, spec.predict_seed)
@@ -179,6 +108,18 @@ def predicted_profile(
     grid = space.grid()
     points = profile_points(grid, predictor.predict(grid), measured)
     return PredictedProfile(points, len(measured), space.size, report)
+
+
+def reference_workload_cost(model: str) -> WorkloadCost:
+    """A model's cost at its default input: CIFAR-sized images, or the text models' window."""
+    from edgetrain.workloads.models import is_text_model
+
+    if is_text_model(model):
+        from edgetrain.workloads.datasets import VOCABULARY
+        from edgetrain.workloads.training import TEXT_SEQ_LEN
+
+        return workload_cost(model, (TEXT_SEQ_LEN,), len(VOCABULARY))
+    return workload_cost(model)
 
 
 def prediction_report_path(profile_path: str | Path) -> Path:

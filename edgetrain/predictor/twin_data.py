@@ -14,10 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from edgetrain.api.workload import COST_MODEL_VERSION
+from edgetrain.api.workload import COST_MODEL_VERSION, WorkloadCost
 from edgetrain.device.sim import BOARDS, PowerMode, get_board, ground_truth, max_power_mode
-from edgetrain.planner.predict import FloatArray, IntArray, ModeSpace, Target
-from edgetrain.workloads import workload_cost
+from edgetrain.predictor.space import FloatArray, IntArray, ModeSpace, Target
 
 #: Bump when the predictor's file format or feature definition changes.
 PREDICTOR_FORMAT_VERSION = 1
@@ -28,7 +27,8 @@ DEFAULT_NOISE_REL = 0.01
 
 
 class Workload(BaseModel):
-    """A model at an input shape, as the twin's cost model sees it."""
+    """A model at an input shape: what a reference was trained for (its cost is counted by the
+    caller, `edgetrain.workloads.workload_cost`, so the predictor never loads the models)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -37,21 +37,9 @@ class Workload(BaseModel):
     num_classes: int = 10
 
     @classmethod
-    def named(cls, model: str) -> Workload:
-        """The default input of a model: CIFAR-sized images, or the text models' token window."""
-        from edgetrain.workloads.models import is_text_model
-
-        if is_text_model(model):
-            from edgetrain.workloads.datasets import VOCABULARY
-            from edgetrain.workloads.training import TEXT_SEQ_LEN
-
-            return cls(model=model, input_shape=(TEXT_SEQ_LEN,), num_classes=len(VOCABULARY))
-        return cls(model=model)
-
-    @property
-    def label(self) -> str:
-        """Short name for tables."""
-        return self.model
+    def of(cls, cost: WorkloadCost) -> Workload:
+        """The workload a cost was counted for."""
+        return cls(model=cost.model, input_shape=cost.input_shape, num_classes=cost.num_classes)
 
 
 def board_space(
@@ -68,10 +56,9 @@ def board_space(
     )
 
 
-def twin_table(board: str, workload: Workload, grid: IntArray) -> dict[Target, FloatArray]:
+def twin_table(board: str, cost: WorkloadCost, grid: IntArray) -> dict[Target, FloatArray]:
     """Noise-free simulated time per sample, peak and mean power for every grid row."""
     spec = get_board(board)
-    cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
     out = {t: np.empty(len(grid)) for t in Target}
     modes: dict[tuple[int, int, int], PowerMode] = {}
     for i, (b, gpu, cpu, cores, emc) in enumerate(grid.tolist()):
@@ -97,12 +84,11 @@ def with_noise(
     return out
 
 
-def twin_fingerprint(board: str, workload: Workload) -> str:
+def twin_fingerprint(board: str, cost: WorkloadCost) -> str:
     """Version of the twin's model for one board and workload: a hash of its constants and of
     its outputs on probe points, so a change to coefficients, formulas or FLOP counting shows.
     """
     spec = get_board(board)
-    cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
     top = max_power_mode(spec)
     probes: list[list[float]] = []
     for b in (1, 16, 256):
@@ -125,7 +111,7 @@ def twin_fingerprint(board: str, workload: Workload) -> str:
     payload = {
         "format": PREDICTOR_FORMAT_VERSION,
         "cost_model": COST_MODEL_VERSION,
-        "workload": workload.model_dump(mode="json"),
+        "workload": Workload.of(cost).model_dump(mode="json"),
         "physics": spec.physics.model_dump(mode="json"),
         "tables": [spec.gpu_freqs_hz, spec.cpu_freqs_hz, spec.emc_freqs_hz, spec.cpu_cores],
         "probes": probes,

@@ -15,8 +15,9 @@ from edgetrain.api import read_profile
 from edgetrain.api.profile import read_profile_metadata
 from edgetrain.device.sim import DeviceTwin, read_state
 from edgetrain.planner import Lut
-from edgetrain.planner.predict import PredictionReport
-from edgetrain.planner.predict_refs import load_reference
+from edgetrain.predictor.mlp import PredictionReport
+from edgetrain.predictor.reference import load_reference
+from edgetrain.workloads import workload_cost
 from tests.helpers import FAST_PROFILE_ARGS, run_edgetrain
 
 
@@ -59,7 +60,7 @@ def test_predicted_profile_on_a_twin(nano: DeviceTwin, tmp_path: Path) -> None:
         (tmp_path / "predicted.predictor.json").read_text()
     )
     assert report.profiled_points == 5
-    assert report.reference == load_reference("jetson-nano").name
+    assert report.reference == load_reference("jetson-nano", cost_of=workload_cost).name
     assert report.power_margin["peak_power_w"] >= 0.0
     # The measured points were taken in the mode they name (the twin reports its mode).
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -136,7 +137,7 @@ def test_train_reference_writes_a_loadable_file(tmp_path: Path) -> None:
         "--json-progress",
     )
     assert proc.returncode == 0, proc.stderr
-    ref = load_reference("jetson-orin-nano", tmp_path)
+    ref = load_reference("jetson-orin-nano", tmp_path, cost_of=workload_cost)
     assert ref.meta.points == 300 and ref.meta.config.epochs == 2
     assert (tmp_path / "jetson-orin-nano.json").is_file()
     bad = run_edgetrain("train-reference", "--board", "jetson-nope", "--output-dir", str(tmp_path))

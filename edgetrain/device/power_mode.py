@@ -1,0 +1,80 @@
+"""Full power modes through sysfs: online CPU cores, CPU clock cap and EMC clock.
+
+The paths are the Jetson ones the twin also watches (jetson-facts.md §1), so profiling a power
+mode runs the same code on a board and on a twin.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import TracebackType
+
+from edgetrain.api.errors import BadInputError
+from edgetrain.device.sim import BOARDS, read_state
+
+CPU_DIR = "sys/devices/system/cpu"
+
+
+class PowerModeWriter:
+    """Sets online cores, CPU clock cap and EMC clock under a sysfs root; restores on exit.
+
+    The paths are the Jetson ones the twin also watches (jetson-facts.md §1); on a real board
+    this needs root, and nvpmodel must not be changing modes at the same time.
+    """
+
+    def __init__(self, root: Path, board: str) -> None:
+        self.root = root
+        self.spec = BOARDS[board]
+        emc = root / self.spec.emc_debugfs_dir
+        self.emc_rate = emc / ("rate" if "bpmp" in self.spec.emc_debugfs_dir else "clk_rate")
+        self._saved: dict[Path, str] = {}
+
+    def _write(self, path: Path, text: str) -> None:
+        if path not in self._saved:
+            self._saved[path] = path.read_text() if path.exists() else ""
+        path.write_text(text)
+
+    def apply(self, cpu_cores: int, cpu_freq_hz: int, emc_freq_hz: int) -> None:
+        """Online the first `cpu_cores` cores, cap every core's clock, set the EMC rate."""
+        cpu = self.root / CPU_DIR
+        # Cap clocks before onlining cores, so a core never comes up above the new cap.
+        for i in range(self.spec.cpu_cores):
+            self._write(cpu / f"cpu{i}/cpufreq/scaling_max_freq", f"{cpu_freq_hz // 1000}\n")
+        for i in range(1, self.spec.cpu_cores):
+            self._write(cpu / f"cpu{i}/online", "1\n" if i < cpu_cores else "0\n")
+        self._write(self.emc_rate, f"{emc_freq_hz}\n")
+
+    def wait_applied(self, cpu_cores: int, cpu_freq_hz: int, emc_freq_hz: int) -> None:
+        """On a twin, wait until its state reports the mode (it re-reads the files each tick)."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            state = read_state(self.root)
+            if state is None:
+                return  # a real board: the writes above took effect synchronously
+            if (state.cpu_cores, state.cpu_freq_hz, state.emc_freq_hz) == (
+                cpu_cores,
+                cpu_freq_hz,
+                emc_freq_hz,
+            ):
+                return
+            time.sleep(0.02)
+        raise BadInputError(f"the device did not take power mode {cpu_cores} cores etc. in 5 s")
+
+    def restore(self) -> None:
+        """Put every written file back as it was (cores online again before clocks)."""
+        for path, text in reversed(list(self._saved.items())):
+            if text:
+                path.write_text(text)
+        self._saved.clear()
+
+    def __enter__(self) -> PowerModeWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.restore()
