@@ -1,8 +1,36 @@
-"""Annotation keys shared by the operator, the trainer's pods and the node agent."""
+"""Every `edgetrain.io/*` label and annotation key, and the label defaults built from them.
+
+One place so the operator, the node agent, the virtual nodes and the chart's users agree.
+"""
 
 from __future__ import annotations
 
-# On a training pod: the frequency the node agent pins, and the limit its guard holds.
+# ---- Nodes (set by the node agent on a Jetson, or by `edgetrain cluster up` on virtual nodes)
+LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
+LABEL_L4T = "edgetrain.io/l4t"
+LABEL_JETPACK = "edgetrain.io/jetpack"
+LABEL_NODE_KIND = "edgetrain.io/node-kind"  # jetson | server | idle
+LABEL_VIRTUAL = "edgetrain.io/virtual"  # "true" on every node edgetrain simulates
+ANNOTATION_GPU_FREQUENCIES_HZ = "edgetrain.io/gpu-frequencies-hz"
+ANNOTATION_SIMULATED = "edgetrain.io/simulated"
+ANNOTATION_NODE_AGENT = "edgetrain.io/node-agent"
+ANNOTATION_VNODE_DIR = "edgetrain.io/vnode-dir"  # a virtual node's working folder
+
+NODE_KIND_SERVER = "server"
+NODE_KIND_JETSON = "jetson"
+
+# ---- Objects the operator creates for a job (Jobs, ConfigMaps)
+LABEL_JOB = "edgetrain.io/job"
+LABEL_PHASE = "edgetrain.io/phase"
+LABEL_CACHE = "edgetrain.io/cache"
+LABEL_CACHE_KEY = "edgetrain.io/cache-key"
+LABEL_MODEL = "edgetrain.io/model"
+# Test hook on a job: fail its worker pods this many times (fault tests).
+ANNOTATION_INJECT_FAILURES = "edgetrain.io/inject-failures"
+# Labels a pod's job is found by, ours first, then Kubernetes' own.
+JOB_LABELS = (LABEL_JOB, "batch.kubernetes.io/job-name", "job-name")
+
+# ---- On a training pod: the frequency the node agent pins, and the limit its guard holds.
 ANNOTATION_GPU_FREQUENCY_HZ = "edgetrain.io/gpu-frequency-hz"
 ANNOTATION_POWER_LIMIT_WATTS = "edgetrain.io/power-limit-watts"
 # On a training pod while it trains (set by the operator from the job's progress); the node

@@ -14,8 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
 from edgetrain.cluster import binaries
-from edgetrain.cluster.boards import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready

@@ -6,15 +6,17 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCIES_HZ,
+    ANNOTATION_SIMULATED,
+    LABEL_DEVICE_MODEL,
+    LABEL_JETPACK,
+    LABEL_L4T,
+    LABEL_NODE_KIND,
+    LABEL_VIRTUAL,
+)
 from edgetrain.device.sim.boards import BOARDS
 
-LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
-LABEL_L4T = "edgetrain.io/l4t"
-LABEL_JETPACK = "edgetrain.io/jetpack"
-LABEL_NODE_KIND = "edgetrain.io/node-kind"  # jetson | server | idle
-LABEL_VIRTUAL = "edgetrain.io/virtual"  # "true" on every node edgetrain simulates
-ANNOTATION_GPU_FREQS = "edgetrain.io/gpu-frequencies-hz"
-ANNOTATION_SIMULATED = "edgetrain.io/simulated"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 NodeKind = Literal["jetson", "server"]
@@ -66,7 +68,7 @@ class NodeProfile:
         """Node annotations: GPU frequency table, and the honesty marker."""
         out = {ANNOTATION_SIMULATED: "true"}
         if self.gpu_freqs_hz:
-            out[ANNOTATION_GPU_FREQS] = ",".join(str(f) for f in self.gpu_freqs_hz)
+            out[ANNOTATION_GPU_FREQUENCIES_HZ] = ",".join(str(f) for f in self.gpu_freqs_hz)
         return out
 
     def capacity(self) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from edgetrain.cluster.boards import LABEL_NODE_KIND, LABEL_VIRTUAL
+from edgetrain.api.keys import LABEL_NODE_KIND, LABEL_VIRTUAL
 from edgetrain.cluster.vnode import node_ready
 from edgetrain.kube import KubeApiError, KubeClient, Obj
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from edgetrain.node_agent.agent import AgentConfig, NodeAgent
 from edgetrain.node_agent.logic import (
-    ANNOTATION_FREQ,
-    ANNOTATION_POWER_LIMIT,
     Desired,
     GuardDecision,
     PodRequest,
@@ -17,8 +15,6 @@ from edgetrain.node_agent.logic import (
 from edgetrain.node_agent.metrics import METRIC_NAMES
 
 __all__ = [
-    "ANNOTATION_FREQ",
-    "ANNOTATION_POWER_LIMIT",
     "METRIC_NAMES",
     "AgentConfig",
     "Desired",

@@ -17,6 +17,12 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCIES_HZ,
+    ANNOTATION_NODE_AGENT,
+    LABEL_DEVICE_MODEL,
+    LABEL_L4T,
+)
 from edgetrain.device import (
     DeviceError,
     GpuDevfreq,
@@ -45,10 +51,6 @@ from edgetrain.node_agent.state import PinState, load_state, save_state
 
 log = logging.getLogger("edgetrain.node_agent")
 
-LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
-LABEL_L4T = "edgetrain.io/l4t"
-ANNOTATION_GPU_FREQS = "edgetrain.io/gpu-frequencies-hz"
-ANNOTATION_AGENT = "edgetrain.io/node-agent"
 RESYNC_S = 30.0
 
 
@@ -175,8 +177,10 @@ class NodeAgent:
         labels = {LABEL_DEVICE_MODEL: board_id or "unknown"}
         if l4t:
             labels[LABEL_L4T] = l4t
-        annotations = {ANNOTATION_GPU_FREQS: ",".join(str(f) for f in self.table),
-                       ANNOTATION_AGENT: "running"}
+        annotations = {
+            ANNOTATION_GPU_FREQUENCIES_HZ: ",".join(str(f) for f in self.table),
+            ANNOTATION_NODE_AGENT: "running",
+        }
         k.label_node(self.client, self.node, labels, annotations)
         self._labelled = True
 

@@ -13,11 +13,9 @@ from edgetrain.api.keys import (
     ANNOTATION_POWER_LIMIT_WATTS,
     ANNOTATION_TRAINING_ACCURACY,
     ANNOTATION_TRAINING_SAMPLES,
+    JOB_LABELS,
 )
 
-ANNOTATION_FREQ = ANNOTATION_GPU_FREQUENCY_HZ
-ANNOTATION_POWER_LIMIT = ANNOTATION_POWER_LIMIT_WATTS
-JOB_LABELS = ("edgetrain.io/job", "batch.kubernetes.io/job-name", "job-name")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 Obj = dict[str, Any]
@@ -100,40 +98,41 @@ def pod_request(pod: Obj, table: Sequence[int]) -> PodRequest | None:
         return None
     meta = pod.get("metadata", {})
     ann = meta.get("annotations") or {}
-    if ANNOTATION_FREQ not in ann and ANNOTATION_POWER_LIMIT not in ann:
+    if ANNOTATION_GPU_FREQUENCY_HZ not in ann and ANNOTATION_POWER_LIMIT_WATTS not in ann:
         return None
     problems: list[str] = []
     freq: int | None = None
     requested: int | None = None
-    if ANNOTATION_FREQ in ann:
-        raw = str(ann[ANNOTATION_FREQ]).strip()
+    if ANNOTATION_GPU_FREQUENCY_HZ in ann:
+        raw = str(ann[ANNOTATION_GPU_FREQUENCY_HZ]).strip()
         try:
             requested = int(float(raw))
             if requested <= 0:
                 raise ValueError(raw)
         except ValueError:
-            problems.append(f"{ANNOTATION_FREQ}={raw!r} is not a positive frequency in Hz; "
-                            "ignored")
+            problems.append(
+                f"{ANNOTATION_GPU_FREQUENCY_HZ}={raw!r} is not a positive frequency in Hz; ignored"
+            )
             requested = None
         if requested is not None:
             if table:
                 freq = snap_down(requested, table)
                 if freq != requested:
                     problems.append(
-                        f"{ANNOTATION_FREQ}={requested} is not in the GPU table; "
+                        f"{ANNOTATION_GPU_FREQUENCY_HZ}={requested} is not in the GPU table; "
                         f"using {freq} Hz (table: "
                         f"{', '.join(f'{f / 1e6:g}' for f in sorted(table))} MHz)")
             else:
                 freq = requested
     limit: float | None = None
-    if ANNOTATION_POWER_LIMIT in ann:
-        raw = str(ann[ANNOTATION_POWER_LIMIT]).strip()
+    if ANNOTATION_POWER_LIMIT_WATTS in ann:
+        raw = str(ann[ANNOTATION_POWER_LIMIT_WATTS]).strip()
         try:
             limit = float(raw)
             if not math.isfinite(limit) or limit <= 0:
                 raise ValueError(raw)
         except ValueError:
-            problems.append(f"{ANNOTATION_POWER_LIMIT}={raw!r} is not a positive number of "
+            problems.append(f"{ANNOTATION_POWER_LIMIT_WATTS}={raw!r} is not a positive number of "
                             "watts; ignored")
             limit = None
     return PodRequest(

@@ -9,24 +9,25 @@ import re
 from typing import Any
 
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, profile_cache_key
-from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, ANNOTATION_POWER_LIMIT_WATTS
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCY_HZ,
+    ANNOTATION_INJECT_FAILURES,
+    ANNOTATION_POWER_LIMIT_WATTS,
+    LABEL_CACHE,
+    LABEL_CACHE_KEY,
+    LABEL_DEVICE_MODEL,
+    LABEL_JOB,
+    LABEL_L4T,
+    LABEL_MODEL,
+    LABEL_PHASE,
+)
 from edgetrain.kube import SERVICE_ACCOUNT_DIR
 from edgetrain.operator.settings import OperatorSettings
 
 Obj = dict[str, Any]
 
-LABEL_JOB = "edgetrain.io/job"
-LABEL_PHASE = "edgetrain.io/phase"
-LABEL_CACHE = "edgetrain.io/cache"
-LABEL_CACHE_KEY = "edgetrain.io/cache-key"
-ANNOTATION_FREQ = ANNOTATION_GPU_FREQUENCY_HZ
-ANNOTATION_LIMIT = ANNOTATION_POWER_LIMIT_WATTS
-LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
-LABEL_L4T = "edgetrain.io/l4t"
-LABEL_MODEL = "edgetrain.io/model"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"
-ANNOTATION_INJECT = "edgetrain.io/inject-failures"
 WORK = "/work"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -394,11 +395,11 @@ def train_job(
     labels = _common_labels(patj, "train")
     limit = spec.power_limit_watts
     annotations = {
-        ANNOTATION_FREQ: str(gpu_frequency_hz),
-        ANNOTATION_LIMIT: "" if limit is None or math.isinf(limit) else f"{limit:g}",
+        ANNOTATION_GPU_FREQUENCY_HZ: str(gpu_frequency_hz),
+        ANNOTATION_POWER_LIMIT_WATTS: "" if limit is None or math.isinf(limit) else f"{limit:g}",
     }
-    if not annotations[ANNOTATION_LIMIT]:
-        del annotations[ANNOTATION_LIMIT]
+    if not annotations[ANNOTATION_POWER_LIMIT_WATTS]:
+        del annotations[ANNOTATION_POWER_LIMIT_WATTS]
     cmd = [
         "edgetrain", "train",
         "--model", spec.model.architecture,
@@ -517,7 +518,7 @@ def injected_failures(patj: Obj, settings: OperatorSettings) -> dict[str, int]:
     """`edgetrain.io/inject-failures: estimate=2,profile=1,train=1` (only when enabled)."""
     if not settings.fault_injection:
         return {}
-    text = (patj["metadata"].get("annotations") or {}).get(ANNOTATION_INJECT, "")
+    text = (patj["metadata"].get("annotations") or {}).get(ANNOTATION_INJECT_FAILURES, "")
     out: dict[str, int] = {}
     for part in text.split(","):
         phase, sep, count = part.partition("=")

@@ -17,6 +17,7 @@ from edgetrain.api.job_status import (
     PowerAwareTrainingJobStatus,
     ProfileStatus,
 )
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.pipeline.validate import job_problems
@@ -26,8 +27,6 @@ from edgetrain.planner.plan import InfeasibleError, PlanInputError
 
 Obj = dict[str, Any]
 
-LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
-LABEL_L4T = "edgetrain.io/l4t"
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 4
 

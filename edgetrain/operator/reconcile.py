@@ -25,7 +25,14 @@ from edgetrain.api.job_status import (
     SelectionStatus,
     TrainingStatus,
 )
-from edgetrain.api.keys import ANNOTATION_TRAINING_ACCURACY, ANNOTATION_TRAINING_SAMPLES
+from edgetrain.api.keys import (
+    ANNOTATION_TRAINING_ACCURACY,
+    ANNOTATION_TRAINING_SAMPLES,
+    LABEL_CACHE_KEY,
+    LABEL_DEVICE_MODEL,
+    LABEL_JOB,
+    LABEL_PHASE,
+)
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator import manifests as mf
@@ -85,11 +92,11 @@ class Reconciler:
         """Another job's estimate Job / profiling DaemonSet for the same cache key, if running."""
         group = "batch/v1" if plural == "jobs" else "apps/v1"
         items = self.kube.get(api_path(group, plural, ns),
-                              labelSelector=f"{mf.LABEL_CACHE_KEY}={key}")["items"]
+                              labelSelector=f"{LABEL_CACHE_KEY}={key}")["items"]
         mine = mf.label_value(patj["metadata"]["name"])
         for obj in items:
             labels = obj["metadata"].get("labels") or {}
-            if labels.get(mf.LABEL_JOB) == mine or obj["metadata"].get("deletionTimestamp"):
+            if labels.get(LABEL_JOB) == mine or obj["metadata"].get("deletionTimestamp"):
                 continue
             st = obj.get("status") or {}
             done = plural == "jobs" and (st.get("succeeded") or st.get("failed"))
@@ -295,9 +302,9 @@ class Reconciler:
                     step.events.append(("Normal", "ProfilingStarted",
                                         f"{prof.device_model} on {prof.node} ({ds_name})"))
                 continue
-            pods = self._pods(ns, f"{mf.LABEL_JOB}={mf.label_value(patj['metadata']['name'])},"
-                                  f"{mf.LABEL_PHASE}=profile,"
-                                  f"{mf.LABEL_DEVICE_MODEL}={mf.label_value(prof.device_model)}")
+            pods = self._pods(ns, f"{LABEL_JOB}={mf.label_value(patj['metadata']['name'])},"
+                                  f"{LABEL_PHASE}=profile,"
+                                  f"{LABEL_DEVICE_MODEL}={mf.label_value(prof.device_model)}")
             failures, message = ph.daemonset_failures(pods)
             if failures > status.attempts.profile:
                 outcome = ph.Outcome("failed", None, "ProfilingFailed", message)
@@ -319,7 +326,7 @@ class Reconciler:
 
     def _training_load(self) -> dict[str, int]:
         """Unfinished training Jobs per node (Jobs exist before their pods are scheduled)."""
-        jobs = self.kube.get("/apis/batch/v1/jobs", labelSelector=f"{mf.LABEL_PHASE}=train")
+        jobs = self.kube.get("/apis/batch/v1/jobs", labelSelector=f"{LABEL_PHASE}=train")
         load: dict[str, int] = {}
         for job in jobs["items"]:
             st = job.get("status") or {}

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
+
 ENV_PREFIX = "EDGETRAIN_OPERATOR_"
 
 
@@ -20,11 +22,11 @@ class OperatorSettings(BaseModel):
     )
     image: str = Field(default="edgetrain:latest", description="image of every worker pod")
     server_selector: dict[str, str] = Field(
-        default_factory=lambda: {"edgetrain.io/node-kind": "server"},
+        default_factory=lambda: {LABEL_NODE_KIND: NODE_KIND_SERVER},
         description="node labels of the GPU server that runs proxy estimation",
     )
     jetson_selector: dict[str, str] = Field(
-        default_factory=lambda: {"edgetrain.io/node-kind": "jetson"},
+        default_factory=lambda: {LABEL_NODE_KIND: NODE_KIND_JETSON},
         description="node labels every Jetson candidate must carry (plus spec.placement)",
     )
     retry_limit: Annotated[int, Field(ge=0)] = Field(

@@ -7,8 +7,8 @@ import os
 import time
 from typing import Any
 
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
 from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log
-from edgetrain.cluster.boards import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
 from tests.cluster.conftest import JETSON_COUNTS, SERVERS
 
 Obj = dict[str, Any]

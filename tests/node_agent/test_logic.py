@@ -7,9 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, ANNOTATION_POWER_LIMIT_WATTS
 from edgetrain.node_agent.logic import (
-    ANNOTATION_FREQ,
-    ANNOTATION_POWER_LIMIT,
     EventDeduper,
     Range,
     guard_ceiling,
@@ -30,9 +29,9 @@ def pod(name: str, freq: object = None, limit: object = None, phase: str = "Runn
         labels: dict[str, str] | None = None, ns: str = "ns") -> dict[str, Any]:
     ann = {}
     if freq is not None:
-        ann[ANNOTATION_FREQ] = str(freq)
+        ann[ANNOTATION_GPU_FREQUENCY_HZ] = str(freq)
     if limit is not None:
-        ann[ANNOTATION_POWER_LIMIT] = str(limit)
+        ann[ANNOTATION_POWER_LIMIT_WATTS] = str(limit)
     return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
                          "annotations": ann, "labels": labels or {}},
             "status": {"phase": phase}}

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from edgetrain.api.job import PowerAwareTrainingJobSpec
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCY_HZ,
+    ANNOTATION_INJECT_FAILURES,
+    ANNOTATION_POWER_LIMIT_WATTS,
+)
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.settings import load_settings
 
@@ -68,8 +73,8 @@ def test_train_job_carries_plan_annotations() -> None:
                        gpu_frequency_hz=614400000, attempt=2, ckpt_dir="/c/run2-b16")
     meta = job["spec"]["template"]["metadata"]
     assert meta["annotations"] == {
-        mf.ANNOTATION_FREQ: "614400000",
-        mf.ANNOTATION_LIMIT: "5",
+        ANNOTATION_GPU_FREQUENCY_HZ: "614400000",
+        ANNOTATION_POWER_LIMIT_WATTS: "5",
     }
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
@@ -102,7 +107,7 @@ def test_names_fit_and_labels_are_valid() -> None:
 
 def test_fault_injection_needs_the_setting() -> None:
     patj = {"metadata": {**PATJ["metadata"],
-                         "annotations": {mf.ANNOTATION_INJECT: "estimate=2, train=1"}}}
+                         "annotations": {ANNOTATION_INJECT_FAILURES: "estimate=2, train=1"}}}
     assert mf.injected_failures(patj, load_settings({})) == {}
     on = load_settings({}, fault_injection=True)
     assert mf.injected_failures(patj, on) == {"estimate": 2, "train": 1}
