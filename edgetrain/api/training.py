@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -71,3 +71,55 @@ class OptimizerSpec(BaseModel):
         if self.scaling is LrScaling.linear:
             return self.learning_rate * ratio
         return self.learning_rate
+
+
+class DeviceUsage(BaseModel):
+    """Device time and energy accumulated by a run."""
+
+    device_time_s: float = 0.0
+    energy_j: float | None = None
+    peak_power_w: float | None = None
+    simulated: bool = False
+
+
+class TrainResult(BaseModel):
+    """What `edgetrain train` reports at the end (and the operator copies into status)."""
+
+    samples: int
+    accuracy: float
+    reached_target: bool
+    resumed_from_samples: int
+    usage: DeviceUsage
+    curve: list[tuple[int, float]]
+    device: str | None = None  # where this segment trained: cpu, cuda:N
+    precision: str | None = None
+
+
+class TrainingEvent(BaseModel):
+    """A line of the trainer's JSON progress that the operator acts on: a progress tick or the
+    final result. The trainer writes it, the worker publishes it, the operator folds it into
+    the job's status; other lines (start, plan, text) are not events."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    event: Literal["progress", "result"]
+    samples: int
+    accuracy: float | None = None
+    usage: DeviceUsage | None = None  # absent: the trainer measured nothing
+    device: str | None = None
+    precision: str | None = None
+    reached_target: bool | None = None  # in the result
+
+    @classmethod
+    def from_line(cls, line: str) -> TrainingEvent | None:
+        """The event in one line of trainer output, or None when the line is not one."""
+        if not line.lstrip().startswith("{"):
+            return None
+        try:
+            return cls.model_validate_json(line)
+        except ValueError:  # another kind of JSON line (start, plan) or a torn write
+            return None
+
+    def fields(self) -> dict[str, object]:
+        """The line's fields without `event` (the reporter adds the kind and the time)."""
+        return self.model_dump(exclude={"event"}, exclude_none=True)

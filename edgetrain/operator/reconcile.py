@@ -7,7 +7,6 @@ Level-triggered and idempotent: every object has a deterministic name, creation 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from edgetrain.api.keys import (
     LABEL_PHASE,
 )
 from edgetrain.api.profile import parse_profile_csv
+from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
@@ -398,34 +398,32 @@ class Reconciler:
             f"{model} on {node}: b={result.batch_size}, f={result.gpu_freq_hz / 1e6:.0f} MHz,"
             f" {result.power_w:.2f} W{pred}"))
 
-    def _progress(self, ns: str, patj: Obj) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _progress(self, ns: str, patj: Obj) -> tuple[TrainingEvent | None, TrainingEvent | None]:
         cm = self._configmap(ns, mf.progress_configmap_name(patj["metadata"]["name"]))
         data = (cm or {}).get("data") or {}
-        progress = json.loads(data[PROGRESS_KEY]) if PROGRESS_KEY in data else None
-        result = json.loads(data[RESULT_KEY]) if RESULT_KEY in data else None
+        progress = TrainingEvent.from_line(data.get(PROGRESS_KEY) or "")
+        result = TrainingEvent.from_line(data.get(RESULT_KEY) or "")
         return progress, result
 
-    def _apply_progress(self, training: TrainingStatus, event: dict[str, Any]) -> None:
-        nested = event.get("usage")
-        usage: dict[str, Any] = nested if isinstance(nested, dict) else event
-        samples = int(event.get("samples", 0))
-        training.samples = training.carried_samples + samples
-        if event.get("accuracy") is not None:
-            training.accuracy = float(event["accuracy"])
-        training.device_seconds = training.carried_device_seconds + float(
-            usage.get("device_time_s") or 0.0)
-        if usage.get("energy_j") is not None:
-            training.energy_joules = training.carried_energy_joules + float(usage["energy_j"])
-        if usage.get("peak_power_w") is not None:
-            training.peak_power_watts = max(training.peak_power_watts or 0.0,
-                                            float(usage["peak_power_w"]))
-        if usage.get("simulated") is not None:
-            training.simulated = bool(usage["simulated"])
-        for key in ("device", "precision"):  # top-level in progress and result events
-            if event.get(key):
-                setattr(training, key, str(event[key]))
-        if "reached_target" in event:
-            training.reached_target = bool(event["reached_target"])
+    def _apply_progress(self, training: TrainingStatus, event: TrainingEvent) -> None:
+        training.samples = training.carried_samples + event.samples
+        if event.accuracy is not None:
+            training.accuracy = event.accuracy
+        usage = event.usage
+        if usage is not None:
+            training.device_seconds = training.carried_device_seconds + usage.device_time_s
+            if usage.energy_j is not None:
+                training.energy_joules = training.carried_energy_joules + usage.energy_j
+            if usage.peak_power_w is not None:
+                training.peak_power_watts = max(training.peak_power_watts or 0.0,
+                                                usage.peak_power_w)
+            training.simulated = usage.simulated
+        if event.device:
+            training.device = event.device
+        if event.precision:
+            training.precision = event.precision
+        if event.reached_target is not None:
+            training.reached_target = event.reached_target
 
     def _annotate_progress(self, ns: str, pod: Obj, training: TrainingStatus) -> None:
         """Progress on the training pod, where the node agent exports it for the dashboards."""
@@ -442,7 +440,7 @@ class Reconciler:
             log.warning("%s/%s: progress annotation not written: %s", ns,
                         pod["metadata"]["name"], exc)
 
-    def _stop_training(self, ns: str, training: TrainingStatus, progress: dict[str, Any] | None,
+    def _stop_training(self, ns: str, training: TrainingStatus, progress: TrainingEvent | None,
                        new_batch: int | None) -> None:
         if training.job:
             self._delete("batch/v1", "jobs", ns, training.job)

@@ -9,7 +9,6 @@ SIGTERM, so the trainer checkpoints and restores the GPU range when its pod is d
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 
 PROGRESS_KEY = "progress.json"
@@ -80,15 +80,14 @@ class ProgressPublisher:
         self.client, self.namespace, self.name = client, namespace, name
         self.interval_s = interval_s
         self._last_sent = 0.0
-        self._pending: dict[str, Any] | None = None
+        self._pending: TrainingEvent | None = None
 
-    def offer(self, event: dict[str, Any]) -> None:
-        """A JSON line from the trainer; progress is throttled, a result is sent at once."""
-        if event.get("event") == "result":
+    def offer(self, event: TrainingEvent) -> None:
+        """A trainer event; progress is throttled, a result is sent at once."""
+        if event.event == "result":
             self._pending = None  # older than the result
-            self._send({RESULT_KEY: json.dumps(event), PROGRESS_KEY: json.dumps(event)})
-            return
-        if event.get("event") != "progress" or "samples" not in event:
+            wire = event.model_dump_json()
+            self._send({RESULT_KEY: wire, PROGRESS_KEY: wire})
             return
         self._pending = event
         if time.monotonic() - self._last_sent >= self.interval_s:
@@ -97,7 +96,7 @@ class ProgressPublisher:
     def flush(self) -> None:
         """Send the newest unsent progress event."""
         if self._pending is not None:
-            self._send({PROGRESS_KEY: json.dumps(self._pending)})
+            self._send({PROGRESS_KEY: self._pending.model_dump_json()})
             self._pending = None
 
     def _send(self, data: dict[str, str]) -> None:
@@ -210,9 +209,9 @@ def run_worker(
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        if publisher is not None and line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                publisher.offer(json.loads(line))
+        event = TrainingEvent.from_line(line) if publisher is not None else None
+        if publisher is not None and event is not None:
+            publisher.offer(event)
     code = proc.wait()
     errors.join()
     if publisher is not None:

@@ -23,6 +23,7 @@ from edgetrain.api.profile import (
     write_profile,
     write_profile_metadata,
 )
+from edgetrain.api.training import TrainResult
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
 from edgetrain.pipeline.validate import validate_job
@@ -34,7 +35,7 @@ from edgetrain.workloads.device_session import DeviceSession, SessionMeter
 from edgetrain.workloads.estimate import EstimateSpec, estimate
 from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
 from edgetrain.workloads.progress import Reporter
-from edgetrain.workloads.train import TrainResult, TrainSpec, train
+from edgetrain.workloads.train import TrainSpec, train
 from edgetrain.workloads.training import load_task
 from edgetrain.workloads.weights import PretrainSpec, pretrain
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from edgetrain.api.training import DeviceUsage
 from edgetrain.device import (
     FrequencyRange,
     GpuDevfreq,
@@ -17,7 +18,6 @@ from edgetrain.device import (
 )
 from edgetrain.device.sim import PowerMode, TwinWorkload, ground_truth, read_state, write_workload
 from edgetrain.workloads import workload_cost
-from edgetrain.workloads.train import DeviceUsage
 
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
 

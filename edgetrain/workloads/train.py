@@ -10,7 +10,14 @@ from typing import Annotated, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
+from edgetrain.api.training import (
+    DEVICE_PATTERN,
+    DeviceUsage,
+    OptimizerSpec,
+    Precision,
+    TrainingEvent,
+    TrainResult,
+)
 from edgetrain.workloads.accel import Accelerator, resolve, restore_rng_state, rng_state
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
@@ -51,15 +58,6 @@ class TrainSpec(BaseModel):
         return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
-class DeviceUsage(BaseModel):
-    """Device time and energy accumulated by a run."""
-
-    device_time_s: float = 0.0
-    energy_j: float | None = None
-    peak_power_w: float | None = None
-    simulated: bool = False
-
-
 class DeviceMeter(Protocol):
     """Accounts device time (and energy, where a power sensor exists) per minibatch."""
 
@@ -90,19 +88,6 @@ class WallClockMeter:
     def restore(self, usage: DeviceUsage) -> None:
         """Continue from saved totals."""
         self._usage = usage.model_copy()
-
-
-class TrainResult(BaseModel):
-    """What `edgetrain train` reports at the end (and the operator copies into status)."""
-
-    samples: int
-    accuracy: float
-    reached_target: bool
-    resumed_from_samples: int
-    usage: DeviceUsage
-    curve: list[tuple[int, float]]
-    device: str | None = None  # where this segment trained: cpu, cuda:N
-    precision: str | None = None
 
 
 class CheckpointMismatchError(ValueError):
@@ -193,16 +178,15 @@ def train(
             ckpt_path,
         )
         if reporter:
-            usage = meter.usage()
-            reporter.advance(
-                s.samples,
-                f"acc {s.accuracy:.3f}",
+            tick = TrainingEvent(
+                event="progress",
                 samples=s.samples,
                 accuracy=s.accuracy,
+                usage=meter.usage(),
                 device=accel.label,
                 precision=accel.precision.value,
-                **usage.model_dump(),
             )
+            reporter.advance(s.samples, f"acc {s.accuracy:.3f}", **tick.fields())
         nonlocal last
         last = time.perf_counter()  # evaluation time is not training time (it synchronised)
 
