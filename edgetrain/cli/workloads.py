@@ -146,7 +146,8 @@ def estimate_command(
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
         device, prec = check_device(device, precision)
-        from edgetrain.workloads.estimate import EstimateSpec, estimate
+        from edgetrain.api.workload_spec import EstimateSpec
+        from edgetrain.workloads.estimate import estimate
 
         spec = EstimateSpec(
             model=model,
@@ -245,14 +246,10 @@ def train_command(
                 raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
         check_sysfs_root(sysfs_root)
         # torch loads only once the options are known to be good.
+        from edgetrain.api.workload_spec import TrainSpec
         from edgetrain.workloads.device_session import DeviceSession, SessionMeter
         from edgetrain.workloads.models import is_text_model
-        from edgetrain.workloads.train import (
-            CheckpointMismatchError,
-            DeviceMeter,
-            TrainSpec,
-            train,
-        )
+        from edgetrain.workloads.train import CheckpointMismatchError, DeviceMeter, train
 
         spec = TrainSpec(
             model=model,
@@ -390,8 +387,9 @@ def profile_command(
         check_sysfs_root(sysfs_root)
         device, prec = check_device(device, precision)
         # torch loads only once the options are known to be good.
+        from edgetrain.api.workload_spec import ProfileSpec, ProfilingStrategy
         from edgetrain.workloads.device_session import DeviceSession
-        from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+        from edgetrain.workloads.profile import profile
 
         chosen = ProfilingStrategy(strategy)
         spec = ProfileSpec(

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, profile_cache_key
@@ -20,6 +21,14 @@ from edgetrain.api.keys import (
     LABEL_L4T,
     LABEL_MODEL,
     LABEL_PHASE,
+)
+from edgetrain.api.workload_spec import (
+    estimate_argv,
+    estimate_spec,
+    profile_argv,
+    profile_spec,
+    train_argv,
+    train_spec,
 )
 from edgetrain.kube import SERVICE_ACCOUNT_DIR
 from edgetrain.operator.settings import OperatorSettings
@@ -116,26 +125,8 @@ def _common_labels(patj: Obj, phase: str) -> dict[str, str]:
     }
 
 
-def _weights_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
-    return ["--weights", spec.model.weights] if spec.model.weights else []
-
-
-def _optimizer_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
-    opt = spec.optimizer
-    return [
-        "--optimizer", opt.name.value,
-        "--learning-rate", repr(opt.learning_rate),
-        "--reference-batch-size", str(opt.reference_batch_size),
-        "--lr-scaling", opt.scaling.value,
-    ]
-
-
-def _compute_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
-    return ["--device", spec.compute.device, "--precision", spec.compute.precision.value]
-
-
-def _limit_arg(spec: PowerAwareTrainingJobSpec) -> str:
-    return "inf" if spec.power_limit_watts is None else repr(spec.power_limit_watts)
+def _weights(spec: PowerAwareTrainingJobSpec) -> Path | None:
+    return Path(spec.model.weights) if spec.model.weights else None
 
 
 def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
@@ -238,21 +229,8 @@ def estimate_job(
     }
     out = f"{WORK}/efficiency.json"
     cmd = [
-        "edgetrain", "estimate",
-        "--model", spec.model.architecture,
-        "--dataset", spec.proxy_dataset.name,
-        "--batch-sizes", ",".join(str(b) for b in spec.batch_sizes),
-        "--target-accuracy", repr(spec.target_accuracy),
-        "--output", out,
-        *_optimizer_args(spec),
-        "--sample-budget", str(spec.budget.estimate_samples),
-        "--eval-interval", str(spec.budget.eval_interval_samples),
-        "--eval-samples", str(spec.budget.eval_samples),
-        "--seeds", ",".join(str(s) for s in spec.budget.seeds),
-        *(["--dataset-limit", str(spec.proxy_dataset.limit)] if spec.proxy_dataset.limit else []),
-        *_weights_args(spec),
-        *_compute_args(spec),
-        "--json-progress",
+        "edgetrain", "estimate", *estimate_argv(estimate_spec(spec, _weights(spec))),
+        "--output", out, "--json-progress",
     ]
     args = _worker_args(
         publish=efficiency_configmap_name(key),
@@ -312,22 +290,8 @@ def profile_daemonset(
     out = f"{WORK}/profile.csv"
     cmd = [
         "edgetrain", "profile",
-        "--model", spec.model.architecture,
-        "--dataset", spec.dataset.name,
-        "--batch-sizes", ",".join(str(b) for b in spec.batch_sizes),
-        *(
-            ["--gpu-freqs", ",".join(str(f) for f in spec.gpu_frequencies_hz)]
-            if spec.gpu_frequencies_hz
-            else []
-        ),
-        "--strategy", spec.strategy.profiling,
-        "--power-limit", _limit_arg(spec),
-        "--power-metric", spec.strategy.power_metric.value,
-        "--minibatches", str(spec.budget.profile_minibatches),
-        "--min-window", repr(settings.profile_min_window_s),
-        "--output", out,
-        *_compute_args(spec),
-        "--json-progress",
+        *profile_argv(profile_spec(spec, min_window_s=settings.profile_min_window_s)),
+        "--output", out, "--json-progress",
     ]
     args = _worker_args(
         publish=profile_configmap_name(key),
@@ -401,21 +365,9 @@ def train_job(
     if not annotations[ANNOTATION_POWER_LIMIT_WATTS]:
         del annotations[ANNOTATION_POWER_LIMIT_WATTS]
     cmd = [
-        "edgetrain", "train",
-        "--model", spec.model.architecture,
-        "--dataset", spec.dataset.name,
-        "--batch-size", str(batch_size),
-        "--target-accuracy", repr(spec.target_accuracy),
+        "edgetrain", "train", *train_argv(train_spec(spec, batch_size, _weights(spec))),
         "--checkpoint-dir", ckpt_dir,
-        *_optimizer_args(spec),
-        "--sample-budget", str(spec.budget.train_samples),
-        "--eval-interval", str(spec.budget.eval_interval_samples),
-        "--eval-samples", str(spec.budget.eval_samples),
-        "--seed", str(spec.budget.seeds[0]),
-        *(["--dataset-limit", str(spec.dataset.limit)] if spec.dataset.limit else []),
-        *_weights_args(spec),
         *(["--gpu-freq", str(gpu_frequency_hz)] if settings.pin_frequency_in_pod else []),
-        *_compute_args(spec),
         "--json-progress",
     ]
     extra = [*_pretrain_args(spec)]

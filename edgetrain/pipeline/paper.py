@@ -566,8 +566,9 @@ def run_estimate(
     device: str = "auto",
 ) -> EstimateRecord:
     """Train every batch size of `workload` on `dataset` with one seed (real PyTorch)."""
+    from edgetrain.api.workload_spec import EstimateSpec
     from edgetrain.workloads.accel import resolve
-    from edgetrain.workloads.estimate import EstimateSpec, samples_to_accuracy_once
+    from edgetrain.workloads.estimate import samples_to_accuracy_once
     from edgetrain.workloads.training import load_task
 
     started = time.monotonic()

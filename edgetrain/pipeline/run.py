@@ -24,6 +24,7 @@ from edgetrain.api.profile import (
     write_profile_metadata,
 )
 from edgetrain.api.training import TrainResult
+from edgetrain.api.workload_spec import estimate_spec, profile_spec, train_spec
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
 from edgetrain.pipeline.validate import validate_job
@@ -32,10 +33,10 @@ from edgetrain.planner import plan as make_plan
 from edgetrain.workloads import workload_cost
 from edgetrain.workloads.accel import resolve
 from edgetrain.workloads.device_session import DeviceSession, SessionMeter
-from edgetrain.workloads.estimate import EstimateSpec, estimate
-from edgetrain.workloads.profile import ProfileSpec, ProfilingStrategy, profile
+from edgetrain.workloads.estimate import estimate
+from edgetrain.workloads.profile import profile
 from edgetrain.workloads.progress import Reporter
-from edgetrain.workloads.train import TrainSpec, train
+from edgetrain.workloads.train import train
 from edgetrain.workloads.training import load_task
 from edgetrain.workloads.weights import PretrainSpec, pretrain
 
@@ -112,21 +113,7 @@ def _estimate_phase(
     if path.is_file():
         return read_efficiency(path), PhaseRecord(cached=True, wall_s=0.0, path=str(path))
     vector = estimate(
-        EstimateSpec(
-            model=spec.model.architecture,
-            dataset=spec.proxy_dataset.name,
-            dataset_limit=spec.proxy_dataset.limit,
-            batch_sizes=spec.batch_sizes,
-            target_accuracy=spec.target_accuracy,
-            optimizer=spec.optimizer,
-            weights=weights,
-            sample_budget=spec.budget.estimate_samples,
-            eval_interval_samples=spec.budget.eval_interval_samples,
-            eval_samples=spec.budget.eval_samples,
-            seeds=spec.budget.seeds,
-            device=spec.compute.device,
-            precision=spec.compute.precision,
-        ),
+        estimate_spec(spec, weights),
         reporter,
     )
     write_efficiency(path, vector)
@@ -150,18 +137,7 @@ def _profile_phase(
             " --strategy predicted); use frontier or full here"
         )
     run = profile(
-        ProfileSpec(
-            model=spec.model.architecture,
-            dataset=spec.dataset.name,
-            batch_sizes=spec.batch_sizes,
-            gpu_freqs_hz=spec.gpu_frequencies_hz,
-            strategy=ProfilingStrategy(spec.strategy.profiling),
-            power_limit_w=spec.power_limit_w,
-            power_metric=spec.strategy.power_metric,
-            minibatches=spec.budget.profile_minibatches,
-            device=spec.compute.device,
-            precision=spec.compute.precision,
-        ),
+        profile_spec(spec),
         session,
         reporter,
     )
@@ -206,21 +182,7 @@ def run_job(
         session.set_workload(workload)
         started = time.monotonic()
         training = train(
-            TrainSpec(
-                model=spec.model.architecture,
-                dataset=spec.dataset.name,
-                dataset_limit=spec.dataset.limit,
-                batch_size=result.batch_size,
-                target_accuracy=spec.target_accuracy,
-                optimizer=spec.optimizer,
-                weights=weights,
-                sample_budget=spec.budget.train_samples,
-                eval_interval_samples=spec.budget.eval_interval_samples,
-                eval_samples=spec.budget.eval_samples,
-                seed=spec.budget.seeds[0],
-                device=spec.compute.device,
-                precision=spec.compute.precision,
-            ),
+            train_spec(spec, result.batch_size, weights),
             workdir / "checkpoints",
             meter=SessionMeter(session, workload),
             reporter=reporter,

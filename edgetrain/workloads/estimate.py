@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import os
 import statistics
-from pathlib import Path
-from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.errors import BadInputError
-from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
+from edgetrain.api.workload_spec import EstimateSpec
 from edgetrain.workloads.accel import CUDA_CONTEXT_BYTES, Accelerator, peak_memory, resolve
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
@@ -28,30 +25,6 @@ from edgetrain.workloads.weights import load_pretrained
 
 # Leave this share of free device memory unclaimed by parallel runs (allocator slack, spikes).
 FREE_MEMORY_SHARE = 0.8
-
-
-class EstimateSpec(BaseModel):
-    """What `edgetrain estimate` trains: one run per (batch size, seed) on the proxy set."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str
-    dataset: str
-    batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
-    target_accuracy: Annotated[float, Field(gt=0, le=1)]
-    optimizer: OptimizerSpec = OptimizerSpec()
-    weights: Path | None = None
-    sample_budget: Annotated[int, Field(gt=0)] = 50_000
-    eval_interval_samples: Annotated[int, Field(gt=0)] = 512
-    eval_samples: Annotated[int, Field(gt=0)] | None = 2000
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    dataset_limit: Annotated[int, Field(gt=0)] | None = None
-    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
-    precision: Precision = Precision.fp32
-    parallel: Annotated[int, Field(ge=0)] = Field(
-        default=0,
-        description="runs side by side; 0: as many as device memory allows (CUDA), 1 on CPU",
-    )
 
 
 class TargetNotReachedError(BadInputError):

@@ -6,15 +6,13 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
-from enum import StrEnum
-from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import ProfileMetadata, ProfilePoint
-from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision
+from edgetrain.api.training import OptimizerSpec
+from edgetrain.api.workload_spec import ProfileSpec, ProfilingStrategy
 from edgetrain.device.sim import TwinWorkload
 from edgetrain.planner import baseline_column, frontier_order
 from edgetrain.predictor.mlp import PredictionReport
@@ -30,40 +28,6 @@ from edgetrain.workloads.training import (
     make_optimizer,
     train_step,
 )
-
-
-class ProfilingStrategy(StrEnum):
-    """Which points to measure."""
-
-    frontier = "frontier"
-    full = "full"
-    predicted = "predicted"  # k points covering (b, full mode), transfer, predict the rest
-
-
-class ProfileSpec(BaseModel):
-    """What `edgetrain profile` measures."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str
-    dataset: str
-    batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
-    gpu_freqs_hz: list[int] | None = None  # None: the board's whole table
-    strategy: ProfilingStrategy = ProfilingStrategy.frontier
-    power_limit_w: float = math.inf
-    power_metric: PowerMetric = PowerMetric.peak
-    minibatches: Annotated[int, Field(ge=2)] = 40  # the first is dropped (warm-up)
-    min_window_s: Annotated[float, Field(gt=0)] = 1.0
-    stabilize_window_s: Annotated[float, Field(gt=0)] = 1.0
-    stabilize_spread: Annotated[float, Field(gt=0)] = 0.05
-    stabilize_timeout_s: Annotated[float, Field(ge=0)] = 15.0
-    dataset_limit: int | None = 2000
-    predict_points: Annotated[int, Field(ge=2)] = 50  # k for the predicted strategy
-    predict_seed: int = 0
-    margin_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9
-    predict_epochs: Annotated[int, Field(ge=1)] = 100
-    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
-    precision: Precision = Precision.fp32
 
 
 class ProfileRun(BaseModel):

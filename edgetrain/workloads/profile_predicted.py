@@ -26,8 +26,9 @@ from edgetrain.predictor.twin_data import board_space
 from edgetrain.workloads import workload_cost
 
 if TYPE_CHECKING:
+    from edgetrain.api.workload_spec import ProfileSpec
     from edgetrain.workloads.device_session import DeviceSession
-    from edgetrain.workloads.profile import Profiler, ProfileSpec
+    from edgetrain.workloads.profile import Profiler
     from edgetrain.workloads.progress import Reporter
 
 

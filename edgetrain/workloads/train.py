@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
-from typing import Annotated, Protocol
+from typing import Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.training import (
-    DEVICE_PATTERN,
     DeviceUsage,
-    OptimizerSpec,
-    Precision,
     TrainingEvent,
     TrainResult,
 )
+from edgetrain.api.workload_spec import TrainSpec
 from edgetrain.workloads.accel import Accelerator, resolve, restore_rng_state, rng_state
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
@@ -31,31 +27,6 @@ from edgetrain.workloads.training import (
 from edgetrain.workloads.weights import load_pretrained, save_state_atomic
 
 CHECKPOINT_NAME = "checkpoint.pt"
-
-
-class TrainSpec(BaseModel):
-    """What `edgetrain train` runs."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str
-    dataset: str
-    batch_size: Annotated[int, Field(gt=0)]
-    target_accuracy: Annotated[float, Field(gt=0, le=1)]
-    optimizer: OptimizerSpec = OptimizerSpec()
-    weights: Path | None = None
-    sample_budget: Annotated[int, Field(gt=0)] = 100_000
-    eval_interval_samples: Annotated[int, Field(gt=0)] = 1024
-    eval_samples: Annotated[int, Field(gt=0)] | None = 2000
-    seed: int = 0
-    dataset_limit: Annotated[int, Field(gt=0)] | None = None
-    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
-    precision: Precision = Precision.fp32
-
-    def key(self) -> str:
-        """Identifies the run a checkpoint belongs to (any device or precision may resume it)."""
-        identity = self.model_dump_json(exclude={"device", "precision"})
-        return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 class DeviceMeter(Protocol):

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from edgetrain.api.workload_spec import TrainSpec
 from edgetrain.workloads.progress import Reporter
-from edgetrain.workloads.train import TrainSpec
 
 _TAG_AS: list[str] = []
 

@@ -182,7 +182,8 @@ def test_cpu_task_stays_put_and_batches_follow_the_stream() -> None:
 
 def test_parallel_estimate_equals_sequential() -> None:
     from edgetrain.api.training import OptimizerSpec
-    from edgetrain.workloads.estimate import EstimateSpec, estimate
+    from edgetrain.api.workload_spec import EstimateSpec
+    from edgetrain.workloads.estimate import estimate
 
     spec = EstimateSpec(
         model="resnet8-w025",

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from edgetrain.api import read_efficiency
+from edgetrain.api.workload_spec import EstimateSpec, TrainSpec
 from edgetrain.workloads.accel import resolve
-from edgetrain.workloads.estimate import EstimateSpec, estimate, parallel_runs
-from edgetrain.workloads.train import CHECKPOINT_NAME, TrainSpec, load_checkpoint, train
+from edgetrain.workloads.estimate import estimate, parallel_runs
+from edgetrain.workloads.train import CHECKPOINT_NAME, load_checkpoint, train
 from edgetrain.workloads.training import load_task
 from tests.helpers import run_edgetrain
 from tests.workloads.checkpoints import KillAfter, Killed, spec_on
