@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -402,6 +403,46 @@ class KubeClient:
             time.sleep(interval_s)
 
 
+def now_rfc3339() -> str:
+    """metav1.Time for now (second precision, UTC)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """metav1.MicroTime for now (Leases, Events' eventTime)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_ready(node: Obj) -> bool:
+    """The Node's Ready condition is True."""
+    conditions = node.get("status", {}).get("conditions", []) or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+_NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def node_schedulable(node: Obj) -> bool:
+    """Ready, not cordoned, and without the not-ready/unreachable taints the node lifecycle
+    controller leaves on a node it lost."""
+    taints = {t.get("key") for t in node.get("spec", {}).get("taints", []) or []}
+    cordoned = bool(node.get("spec", {}).get("unschedulable"))
+    return node_ready(node) and not cordoned and not taints & _NOT_READY_TAINTS
+
+
+def wait_for_stop_signal(stop: threading.Event) -> None:
+    """Block until SIGTERM or SIGINT (the kubelet stops a pod with SIGTERM) or until `stop` is
+    set elsewhere; the main thread's handlers set `stop`, so other threads see it too."""
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
+
+
 __all__ = [
     "ENV_SERVICE_ACCOUNT_DIR",
     "SERVICE_ACCOUNT_DIR",
@@ -413,5 +454,10 @@ __all__ = [
     "api_path",
     "in_cluster",
     "load_configuration",
+    "node_ready",
+    "node_schedulable",
+    "now_micro",
+    "now_rfc3339",
     "service_account_dir",
+    "wait_for_stop_signal",
 ]

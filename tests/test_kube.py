@@ -12,7 +12,7 @@ import pytest
 from edgetrain import kube
 from edgetrain.cluster.kubeconfig import write_kubeconfig
 from edgetrain.cluster.pki import ensure_pki
-from edgetrain.kube import KubeconfigError, load_configuration
+from edgetrain.kube import KubeconfigError, load_configuration, node_ready, node_schedulable
 
 
 def _kubeconfig(path: Path, user: str, contexts: str = "[{name: c, context: {cluster: k, "
@@ -90,3 +90,28 @@ def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer first"
     (sa / "token").write_text("second")  # the kubelet rotated it
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
+
+
+def _node(ready: str = "True", unschedulable: bool = False, taints: tuple[str, ...] = ()) -> dict:
+    return {
+        "spec": {"unschedulable": unschedulable, "taints": [{"key": k} for k in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("node", "ready", "schedulable"),
+    [
+        (_node(), True, True),
+        (_node(ready="False"), False, False),
+        (_node(ready="Unknown"), False, False),
+        (_node(unschedulable=True), True, False),  # cordoned: Ready but not a place to train
+        (_node(taints=("node.kubernetes.io/unreachable",)), True, False),
+        (_node(taints=("node.kubernetes.io/not-ready",)), True, False),
+        (_node(taints=("nvidia.com/gpu",)), True, True),  # other taints: tolerations decide
+        ({"metadata": {}}, False, False),
+    ],
+)
+def test_node_ready_and_schedulable(node: dict, ready: bool, schedulable: bool) -> None:
+    assert node_ready(node) is ready
+    assert node_schedulable(node) is schedulable

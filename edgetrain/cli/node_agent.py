@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from edgetrain.device.sysfs import ENV_SYSFS_ROOT
+from edgetrain.kube import ENV_SERVICE_ACCOUNT_DIR, SERVICE_ACCOUNT_DIR
 
 
 def node_agent_command(
@@ -25,8 +26,8 @@ def node_agent_command(
         "--kubeconfig", help="Kubeconfig (default: in-cluster ServiceAccount, then "
                              "$KUBECONFIG).")] = None,
     sa_dir: Annotated[Path | None, typer.Option(
-        "--sa-dir", help="ServiceAccount token/CA directory (default "
-                         "/var/run/secrets/kubernetes.io/serviceaccount, or $EDGETRAIN_SA_DIR)."
+        "--sa-dir", help=f"ServiceAccount token/CA directory (default {SERVICE_ACCOUNT_DIR},"
+                         f" or ${ENV_SERVICE_ACCOUNT_DIR})."
     )] = None,
     state_file: Annotated[Path, typer.Option(
         "--state-file", help="Where the held pin is persisted (hostPath in the chart).")

@@ -7,9 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-Obj = dict[str, Any]
+from edgetrain.kube import Obj
 
 TERMINATION_LOG = "/dev/termination-log"
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from edgetrain.device import (
     select_power_sensor,
 )
 from edgetrain.device.devfreq import FrequencyRange
-from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, wait_for_stop_signal
 from edgetrain.node_agent import kube as k
 from edgetrain.node_agent.logic import (
     Desired,
@@ -159,15 +158,8 @@ class NodeAgent:
 
     def run_forever(self) -> None:
         """Block until SIGTERM/SIGINT."""
-
-        def on_signal(_signum: int, _frame: object) -> None:
-            self.stop_event.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         try:
-            while not self.stop_event.wait(1.0):
-                pass
+            wait_for_stop_signal(self.stop_event)
         finally:
             self.stop()
 

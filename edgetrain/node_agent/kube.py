@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 
-from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
 
 COMPONENT = "edgetrain-node-agent"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_body(pod_ref: Obj, node: str, reason: str, message: str, kind: str = "Normal",
                ) -> Obj:
     """A core/v1 Event about a pod, from this node's agent."""
-    now = _now()
+    now = now_rfc3339()
     ns = pod_ref["namespace"]
     return {
         "apiVersion": "v1",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCY_HZ,
@@ -15,10 +14,10 @@ from edgetrain.api.keys import (
     ANNOTATION_TRAINING_SAMPLES,
     JOB_LABELS,
 )
+from edgetrain.kube import Obj
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,6 @@ def _job_lock(uid: str) -> threading.Lock:
         return _job_locks.setdefault(uid, threading.Lock())
 
 
-class Stats:
-    """Reconcile durations (seconds) for the operator's own figures."""
-
-    durations: list[float] = []  # noqa: RUF012 - a process-wide collector
-    transitions: int = 0
-
-
 def reconciler() -> Reconciler:
     """One Reconciler (one pooled API client) per operator process."""
     global _reconciler
@@ -126,8 +119,6 @@ def _run(body: kopf.Body, patch: kopf.Patch) -> None:
             logging.getLogger("edgetrain.operator").info("%s/%s %s: %s",
                 body.metadata.namespace, body.metadata.name, reason, message)
     elapsed = time.perf_counter() - started
-    Stats.durations.append(elapsed)
-    Stats.transitions += sum(1 for _k, _r, m in step.events if "→" in m)
     stats_log.debug("reconcile %s/%s phase=%s %.1f ms", body.metadata.namespace,
                     body.metadata.name, step.status.phase.value, elapsed * 1000)
 

@@ -30,10 +30,8 @@ from edgetrain.api.workload_spec import (
     train_argv,
     train_spec,
 )
-from edgetrain.kube import SERVICE_ACCOUNT_DIR
+from edgetrain.kube import SERVICE_ACCOUNT_DIR, Obj
 from edgetrain.operator.settings import OperatorSettings
-
-Obj = dict[str, Any]
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.job import PowerAwareTrainingJobSpec
@@ -20,32 +18,17 @@ from edgetrain.api.job_status import (
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
+from edgetrain.kube import Obj, node_schedulable, now_rfc3339
 from edgetrain.pipeline.validate import job_problems
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
 from edgetrain.planner.plan import InfeasibleError, PlanInputError
 
-Obj = dict[str, Any]
-
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 4
 
 
-def now_rfc3339() -> str:
-    """metav1.Time now."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # --- nodes -------------------------------------------------------------------------------
-
-
-def node_ready(node: Obj) -> bool:
-    """Ready, not cordoned, and without the not-ready/unreachable taints."""
-    conds = node.get("status", {}).get("conditions", []) or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-    taints = {t.get("key") for t in node.get("spec", {}).get("taints", []) or []}
-    bad = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
-    return ready and not node.get("spec", {}).get("unschedulable") and not taints & bad
 
 
 def matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
@@ -69,7 +52,7 @@ def candidates(
     groups: dict[str, list[Obj]] = {}
     for node in nodes:
         labels = node["metadata"].get("labels", {}) or {}
-        if node["metadata"]["name"] in exclude or not node_ready(node):
+        if node["metadata"]["name"] in exclude or not node_schedulable(node):
             continue
         if not matches(labels, selector) or LABEL_DEVICE_MODEL not in labels:
             continue
@@ -228,17 +211,6 @@ def plan_for(
     """The plan on one device model's profile."""
     return make_plan(Lut.from_points(points), efficiency, spec.power_limit_w,
                      metric=spec.strategy.power_metric, objective=spec.strategy.objective)
-
-
-def plan_point(plan: PlanResult) -> PlanPointStatus:
-    """The plan as status fields."""
-    return PlanPointStatus(
-        batch_size=plan.batch_size,
-        gpu_frequency_hz=plan.gpu_freq_hz,
-        power_watts=plan.power_w,
-        predicted_seconds=plan.predicted_seconds,
-        relative_time=plan.relative_time,
-    )
 
 
 def baselines(plan: PlanResult) -> dict[str, PlanPointStatus]:

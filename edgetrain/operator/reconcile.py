@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,13 +33,12 @@ from edgetrain.api.keys import (
 )
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.api.training import TrainingEvent
-from edgetrain.kube import KubeApiError, KubeClient, api_path
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, node_schedulable, now_rfc3339
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
 from edgetrain.operator.settings import OperatorSettings
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
 
-Obj = dict[str, Any]
 Event = tuple[str, str, str]
 log = logging.getLogger("edgetrain.operator")
 
@@ -197,7 +195,7 @@ class Reconciler:
             return
         self.ensure_rbac(ns)
         self._create("v1", "configmaps", mf.progress_configmap(patj))
-        step.status.started_at = ph.now_rfc3339()
+        step.status.started_at = now_rfc3339()
         step.events.append(ph.transition(step.status, Phase.estimating, "Started",
                                          "estimating the batch-size efficiency vector"))
 
@@ -473,7 +471,7 @@ class Reconciler:
             return
         # 2. The node is gone or not Ready: choose another node, resume from the checkpoint.
         node = self.kube.get_or_none(api_path("v1", "nodes", name=sel.node))
-        if node is None or not ph.node_ready(node):
+        if node is None or not node_schedulable(node):
             self._stop_training(ns, training, progress, None)
             training.nodes_lost.append(sel.node)
             self._reset_progress(ns, patj)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from edgetrain.api.training import TrainingEvent
-from edgetrain.kube import KubeApiError, KubeClient, api_path
+from edgetrain.kube import KubeApiError, KubeClient, api_path, wait_for_stop_signal
 
 PROGRESS_KEY = "progress.json"
 RESULT_KEY = "result.json"
@@ -227,8 +227,5 @@ def run_worker(
         print(f"edgetrain worker: published {sorted(data)} to configmap {publish}",
               file=sys.stderr)
     if hold:
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        signal.signal(signal.SIGINT, lambda *_: done.set())
-        done.wait()
+        wait_for_stop_signal(threading.Event())
     return 0
