@@ -37,7 +37,7 @@ from edgetrain.workloads.estimate import estimate
 from edgetrain.workloads.profile import profile
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.train import train
-from edgetrain.workloads.training import load_task
+from edgetrain.workloads.training import Task, load_task
 from edgetrain.workloads.weights import PretrainSpec, pretrain
 
 
@@ -121,10 +121,9 @@ def _estimate_phase(
 
 
 def _profile_phase(
-    spec: PowerAwareTrainingJobSpec, session: DeviceSession, reporter: Reporter | None
+    spec: PowerAwareTrainingJobSpec, session: DeviceSession, task: Task, reporter: Reporter | None
 ) -> tuple[list[ProfilePoint], ProfileMetadata, PhaseRecord]:
     started = time.monotonic()
-    task = load_task(spec.dataset.name, spec.dataset.limit)
     shape = tuple(int(d) for d in task.x_train.shape[1:])
     key = profile_cache_key(spec, session.board_name, session.identity.l4t, shape)
     path = profile_cache_path(spec, session.board_name, key)
@@ -140,6 +139,7 @@ def _profile_phase(
         profile_spec(spec),
         session,
         reporter,
+        task=task,
     )
     write_profile(path, run.points)
     write_profile_metadata(path, run.metadata)
@@ -159,8 +159,10 @@ def run_job(
     efficiency, eff_phase = _estimate_phase(spec, weights, reporter)
     if reporter:
         reporter.event("efficiency", cached=eff_phase.cached, **efficiency.model_dump())
+    # The target set, loaded once: profiling and training both run on it.
+    task = load_task(spec.dataset.name, spec.dataset.limit)
     with open_device(spec.placement.device, workdir) as session:
-        points, meta, prof_phase = _profile_phase(spec, session, reporter)
+        points, meta, prof_phase = _profile_phase(spec, session, task, reporter)
         result = make_plan(
             Lut.from_points(points),
             efficiency,
@@ -170,7 +172,6 @@ def run_job(
         )
         if reporter:
             reporter.event("plan", **result.model_dump())
-        task = load_task(spec.dataset.name, spec.dataset.limit)
         workload = TwinWorkload(
             model=spec.model.architecture,
             input_shape=tuple(int(d) for d in task.x_train.shape[1:]),
@@ -186,6 +187,7 @@ def run_job(
             workdir / "checkpoints",
             meter=SessionMeter(session, workload),
             reporter=reporter,
+            task=task,
         )
         ended = time.monotonic()
         trace = [(s.timestamp_s - started, s.power_w) for s in session.sampler.samples(started)]

@@ -138,12 +138,20 @@ def profile_points(spec: ProfileSpec, session: DeviceSession, task: Task) -> Ite
 
 
 def profile(
-    spec: ProfileSpec, session: DeviceSession, reporter: Reporter | None = None
+    spec: ProfileSpec,
+    session: DeviceSession,
+    reporter: Reporter | None = None,
+    *,
+    task: Task | None = None,
 ) -> ProfileRun:
-    """Run a whole profile on an open session (the caller restores the device on exit)."""
+    """Run a whole profile on an open session (the caller restores the device on exit).
+
+    `task`: the data set, when the caller has it loaded already (`edgetrain run`).
+    """
     configure_threads()
     started = time.monotonic()
-    task = load_task(spec.dataset, spec.dataset_limit)
+    if task is None:
+        task = load_task(spec.dataset, spec.dataset_limit)
     if is_text_model(spec.model) != (task.kind == "text"):
         raise ValueError(f"model {spec.model} cannot train on {task.kind} set {spec.dataset}")
     batches, freqs = grid(spec, session)

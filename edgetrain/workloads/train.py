@@ -17,6 +17,7 @@ from edgetrain.api.workload_spec import TrainSpec
 from edgetrain.workloads.accel import Accelerator, resolve, restore_rng_state, rng_state
 from edgetrain.workloads.progress import Reporter
 from edgetrain.workloads.training import (
+    Task,
     TrainState,
     configure_threads,
     load_task,
@@ -85,12 +86,19 @@ def train(
     checkpoint_dir: Path,
     meter: DeviceMeter | None = None,
     reporter: Reporter | None = None,
+    *,
+    task: Task | None = None,
 ) -> TrainResult:
-    """Train (or resume) to the target or the budget, checkpointing at every evaluation."""
+    """Train (or resume) to the target or the budget, checkpointing at every evaluation.
+
+    `task`: the data set, when the caller has it loaded already (`edgetrain run`).
+    """
     configure_threads()
     accel: Accelerator = resolve(spec.device, spec.precision)
     meter = meter or WallClockMeter()
-    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
+    if task is None:
+        task = load_task(spec.dataset, spec.dataset_limit)
+    task = task.to(accel.device)
     torch.manual_seed(spec.seed)
     model = make_model(spec.model, task)
     if spec.weights is not None:

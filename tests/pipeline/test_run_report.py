@@ -140,3 +140,25 @@ def test_bad_job_files_name_the_field(tmp_path: Path, text: str, fragment: str) 
     with pytest.raises(InputError) as info:
         load_job(path)
     assert fragment in str(info.value)
+
+
+def test_run_loads_the_target_set_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profiling and training share one loaded target set (the proxy is estimate's own)."""
+    from edgetrain.pipeline.run import run_job
+    from edgetrain.workloads import datasets
+
+    loads: list[tuple[str, int | None]] = []
+    real = datasets.load_images
+
+    def counting(name: str, limit: int | None = None) -> datasets.ImageDataset:
+        loads.append((name, limit))
+        return real(name, limit)
+
+    monkeypatch.setattr(datasets, "load_images", counting)
+    monkeypatch.setenv("EDGETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    outcome = run_job(load_job(job), tmp_path / "work")
+    assert outcome.training.samples > 0
+    assert loads.count(("digits", None)) == 1, loads  # the target set (no limit in JOB)
+    assert ("digits", 800) in loads  # the proxy, loaded by the estimate
