@@ -1,5 +1,8 @@
 """One reconcile step of a PowerAwareTrainingJob: read the world, act, return the new status.
 
+Over 500 lines because each phase's step reads and writes the API through the helpers it shares
+with the others; the pure decisions already live in phases.py.
+
 Level-triggered and idempotent: every object has a deterministic name, creation tolerates
 "already exists", and a repeated call with nothing new changes nothing. The kopf handlers call
 `Reconciler.reconcile` and write what it returns.

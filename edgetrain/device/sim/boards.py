@@ -1,5 +1,8 @@
 """Published facts and model coefficients for the six simulated Jetson boards.
 
+Over 500 lines because it is one data table: each board's facts sit beside their sources, and
+splitting it by board would scatter the calibration that docs/device.md explains as a whole.
+
 Sources are the [Rn] tags of ../shared/docs/jetson-facts.md; "PT" is the PowerTrain paper
 (shared/papers/powertrain.txt, Table 2) and "AT" the accelerated-training paper
 (shared/papers/accelerated-training-low-power-edge.txt). Anything else is labelled ESTIMATE.

@@ -1,5 +1,9 @@
 """DeviceTwin: a live sysfs tree of a simulated Jetson, animated by the physics model.
 
+Over 500 lines because it is one class whose parts share its lock and state: the tree it builds,
+the kernel-like write hook, and the tick that rewrites the live files (the physics is apart, in
+physics.py, and the board facts in boards.py).
+
 The tree has the real layout (devfreq + INA3221 in IIO or hwmon form, devicetree, L4T file,
 thermal zones, cpufreq, EMC debugfs), so the device layer reads and writes it with the same
 code it runs on a Jetson. Frequency writes made in this process go through a write hook
