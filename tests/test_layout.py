@@ -162,3 +162,13 @@ def test_the_checker_accepts_downward_and_sideways_imports() -> None:
         ("predictor", "numpy", "d.py"),
     ]
     assert layer_violations(edges, LEVELS) == []
+
+
+if __name__ == "__main__":  # python -m tests.test_layout: the subpackage graph, for the docs
+    every, _ = import_edges()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for src, dst, _where in every:
+        if dst in LEVELS or dst == "torch":
+            graph[src].add(dst)
+    for src in sorted(graph, key=lambda s: (LEVELS.get(s, 9), s)):
+        print(f"{src:>10} -> {', '.join(sorted(graph[src], key=lambda d: (LEVELS.get(d, 9), d)))}")
