@@ -23,6 +23,14 @@ from edgetrain.api.workload import COST_MODEL_VERSION, WorkloadCost
 from edgetrain.workloads.catalog import MODELS
 from edgetrain.workloads.charformer import CharTransformer
 
+#: Set to 1 to let PyTorch use oneDNN (mkldnn) for CPU kernels again.
+ENV_CPU_ONEDNN = "EDGETRAIN_CPU_ONEDNN"
+# oneDNN's CPU convolution backward stalls for minutes after a few Adam steps on AMD EPYC hosts
+# (PyTorch 2.15; resnet8-w025, b=8: step 4 never returned), while PyTorch's native kernels train
+# these small models as fast. Set on import, so every path that builds a model (spawned
+# estimation workers, benches, tests) gets it; CUDA is unaffected.
+torch.backends.mkldnn.enabled = os.environ.get(ENV_CPU_ONEDNN) == "1"
+
 
 class BasicBlock(nn.Module):
     """ResNet basic block (two 3x3 convolutions with an identity or 1x1 projection shortcut)."""

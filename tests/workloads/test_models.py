@@ -72,3 +72,27 @@ def test_disk_cache_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(models, "_measure", boom)
     assert workload_cost("resnet8", (3, 16, 16), 5) == first
     workload_cost.cache_clear()
+
+
+def test_cpu_training_steps_do_not_stall() -> None:
+    """oneDNN's CPU conv backward stalled after a few Adam steps on AMD EPYC (PyTorch 2.15):
+    ten steps must finish, in a child process so a stall fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, torch.nn.functional as F\n"
+        "from edgetrain.workloads.models import build_model\n"
+        "torch.manual_seed(0)\n"
+        "m = build_model('resnet8-w025', 1, 10)\n"
+        "opt = torch.optim.Adam(m.parameters(), lr=2e-3)\n"
+        "x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))\n"
+        "for _ in range(10):\n"
+        "    opt.zero_grad(); F.cross_entropy(m(x), y).backward(); opt.step()\n"
+        "print(torch.backends.mkldnn.enabled)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
