@@ -19,10 +19,11 @@ from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
+from edgetrain.cluster.node import node_specs
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
-from edgetrain.cluster.vnode import VNodeAgent, node_ready, node_specs
-from edgetrain.kube import KubeClient, KubeconfigError, Obj
+from edgetrain.cluster.vnode import VNodeAgent
+from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready
 
 app = typer.Typer(
     help="A real local Kubernetes control plane with virtual Jetson nodes.",

@@ -6,8 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edgetrain.api.keys import LABEL_NODE_KIND, LABEL_VIRTUAL
-from edgetrain.cluster.vnode import node_ready
-from edgetrain.kube import KubeApiError, KubeClient, Obj
+from edgetrain.kube import KubeApiError, KubeClient, Obj, node_ready
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 IDLE_SELECTOR = f"{LABEL_NODE_KIND}=idle"

@@ -29,7 +29,7 @@ ENV_CPU_ONEDNN = "EDGETRAIN_CPU_ONEDNN"
 # (PyTorch 2.15; resnet8-w025, b=8: step 4 never returned), while PyTorch's native kernels train
 # these small models as fast. Set on import, so every path that builds a model (spawned
 # estimation workers, benches, tests) gets it; CUDA is unaffected.
-torch.backends.mkldnn.enabled = os.environ.get(ENV_CPU_ONEDNN) == "1"
+torch.backends.mkldnn.enabled = os.environ.get(ENV_CPU_ONEDNN) == "1"  # type: ignore[assignment]
 
 
 class BasicBlock(nn.Module):

@@ -11,7 +11,7 @@ import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, api_path, binaries, container_log
 from edgetrain.cluster.process import ManagedProcess, pid_alive
-from edgetrain.cluster.vnode import node_schedulable
+from edgetrain.kube import node_schedulable
 
 
 def _edgetrain(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

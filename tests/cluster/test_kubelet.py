@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, binaries
-from edgetrain.cluster import vnode as vnode_module
+from edgetrain.cluster import volumes as volumes_module
 from edgetrain.cluster.kubelet import tail_bytes
 
 Obj = dict[str, Any]
@@ -124,7 +124,7 @@ def test_readiness_probe_gates_ready(vnodes: VNodeAgent, kube: KubeClient,
 def test_projected_token_is_renewed_before_it_expires(
         vnodes: VNodeAgent, kube: KubeClient, namespace: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vnode_module, "TOKEN_REFRESH_FRACTION", 0.005)  # 3 s of 600 s
+    monkeypatch.setattr(volumes_module, "TOKEN_REFRESH_FRACTION", 0.005)  # 3 s of 600 s
     pod = _pod("holder", "import time\ntime.sleep(60)")
     pod["spec"]["volumes"] = [{"name": "tok", "projected": {"sources": [
         {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}}]}}]

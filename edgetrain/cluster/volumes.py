@@ -1,0 +1,197 @@
+"""Pod volumes on a virtual node: each volume is materialised under the pod dir (ConfigMap,
+Secret, downward API and projected service-account tokens as files, hostPath into the node's
+host root, emptyDir) and linked at its mount path under the pod root."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgetrain.cluster.pki import write_atomic
+from edgetrain.cluster.podspec import PathMap, field_ref, resource_field
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+
+if TYPE_CHECKING:
+    from edgetrain.cluster.node import VirtualNode
+    from edgetrain.cluster.runtime import Container
+
+log = logging.getLogger("edgetrain.vnode")
+
+TOKEN_REFRESH_FRACTION = 0.8
+
+
+class PodVolumes:
+    """Volume handling of a PodRunner (mixin: the state lives on the runner)."""
+
+    pod: Obj
+    node: VirtualNode
+    uid: str
+    namespace: str
+    pod_name: str
+    dir: Path
+    root: Path
+    inits: list[Container]
+    mains: list[Container]
+    _tokens: dict[Path, tuple[str | None, int, float]]
+
+    if TYPE_CHECKING:
+        @property
+        def client(self) -> KubeClient: ...
+
+        def _report(self, phase: str) -> None: ...
+
+    def _volume_dir(self, name: str) -> Path:
+        return self.dir / "volumes" / name
+
+    def _prepare_volumes(self) -> bool:
+        """Materialise every volume under the pod dir; False (retry later) if a source is
+        missing, as the kubelet keeps the pod in ContainerCreating."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            for vol in self.pod["spec"].get("volumes", []):
+                self._materialise(vol)
+        except (ValueError, KubeApiError) as exc:
+            for c in [*self.inits, *self.mains]:
+                c.waiting_reason, c.waiting_message = "ContainerCreating", str(exc)
+            self._report("Pending")
+            return False
+        return True
+
+    def _write_items(self, target: Path, data: Mapping[str, bytes], items: Sequence[Obj] | None,
+                     ) -> None:
+        if items:
+            for item in items:
+                if item["key"] in data:
+                    write_atomic(target / item["path"], data[item["key"]], 0o644)
+        else:
+            for key, value in data.items():
+                write_atomic(target / key, value, 0o644)
+
+    def _source_bytes(self, plural: str, name: str, optional: bool) -> dict[str, bytes]:
+        obj = self.client.get_or_none(api_path("v1", plural, self.namespace, name))
+        if obj is None:
+            if optional:
+                return {}
+            raise ValueError(f"{plural[:-1]} {self.namespace}/{name} not found")
+        out: dict[str, bytes] = {}
+        if plural == "secrets":
+            out = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        else:
+            out = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+            out.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return out
+
+    def _downward_items(self, target: Path, items: Sequence[Obj]) -> None:
+        for item in items:
+            if "fieldRef" in item:
+                value = field_ref(self.pod, item["fieldRef"]["fieldPath"], self.node.address)
+            else:
+                ref = item["resourceFieldRef"]
+                container = next((c.spec for c in self.mains
+                                  if c.name == ref.get("containerName")), {})
+                value = resource_field(container, ref["resource"], str(ref.get("divisor", "1")),
+                                       self.node.spec.profile.capacity())
+            write_atomic(target / item["path"], value.encode(), 0o644)
+
+    def _materialise(self, vol: Obj) -> None:
+        target = self._volume_dir(vol["name"])
+        if "hostPath" in vol:
+            # The node's host filesystem is its twin root: /sys here is the twin's sysfs.
+            src = self.node.host_root / vol["hostPath"]["path"].lstrip("/")
+            kind = vol["hostPath"].get("type", "")
+            if kind in ("DirectoryOrCreate", "") and not src.exists():
+                src.mkdir(parents=True, exist_ok=True)
+            elif kind == "FileOrCreate" and not src.exists():
+                src.parent.mkdir(parents=True, exist_ok=True)
+                src.touch()
+            if target.is_symlink() or target.exists():
+                return
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(src)
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        if "projected" in vol:
+            for source in vol["projected"].get("sources", []):
+                self._projected(target, source)
+        elif "secret" in vol:  # a secret volume names its source `secretName`, a projection `name`
+            ref = vol["secret"]
+            self._projected(target, {"secret": {**ref, "name": ref["secretName"]}})
+        else:
+            # configMap and downwardAPI volumes have the shape of a projected source; emptyDir
+            # and anything else stay an empty directory owned by the pod.
+            self._projected(target, vol)
+
+    def _projected(self, target: Path, source: Obj) -> None:
+        if "serviceAccountToken" in source:
+            sat = source["serviceAccountToken"]
+            audience = sat.get("audience")
+            lifetime_s = max(int(sat.get("expirationSeconds", 3600)), 600)
+            token = self._service_account_token(audience, lifetime_s)
+            write_atomic(target / sat["path"], token.encode(), 0o600)
+            # The kubelet renews a token once it is 80 % through its life.
+            self._tokens[target / sat["path"]] = (
+                audience, lifetime_s, time.monotonic() + TOKEN_REFRESH_FRACTION * lifetime_s)
+        elif "configMap" in source:
+            ref = source["configMap"]
+            data = self._source_bytes("configmaps", ref["name"], ref.get("optional", False))
+            self._write_items(target, data, ref.get("items"))
+        elif "secret" in source:
+            ref = source["secret"]
+            data = self._source_bytes("secrets", ref["name"], ref.get("optional", False))
+            self._write_items(target, data, ref.get("items"))
+        elif "downwardAPI" in source:
+            self._downward_items(target, source["downwardAPI"].get("items", []))
+
+    def _refresh_tokens(self) -> None:
+        """Renew projected tokens before they expire, as the kubelet does."""
+        now = time.monotonic()
+        for path, (audience, lifetime_s, due_s) in list(self._tokens.items()):
+            if now < due_s:
+                continue
+            try:
+                token = self._service_account_token(audience, lifetime_s)
+            except KubeApiError as exc:
+                log.warning("pod %s/%s: token refresh failed: %s", self.namespace,
+                            self.pod_name, exc)
+                self._tokens[path] = (audience, lifetime_s, now + 5.0)
+                continue
+            write_atomic(path, token.encode(), 0o600)
+            self._tokens[path] = (audience, lifetime_s, now + TOKEN_REFRESH_FRACTION * lifetime_s)
+
+    def _service_account_token(self, audience: str | None, expiration_s: int) -> str:
+        """A bound token for the pod's service account (TokenRequest API, like the kubelet)."""
+        sa = self.pod["spec"].get("serviceAccountName", "default")
+        body: Obj = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [audience] if audience else [],
+                "expirationSeconds": max(expiration_s, 600),
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name,
+                                   "uid": self.uid},
+            },
+        }
+        path = api_path("v1", "serviceaccounts", self.namespace, sa, "token")
+        return str(self.client.create(path, body)["status"]["token"])
+
+    def _mount(self, spec: Obj, paths: PathMap) -> None:
+        """Link each volumeMount (with subPath) at its translated container path."""
+        for m in spec.get("volumeMounts", []):
+            src = self._volume_dir(m["name"])
+            if m.get("subPath"):
+                src = src / m["subPath"]
+                if not src.exists():
+                    src.mkdir(parents=True, exist_ok=True)
+            dst = paths.host(m["mountPath"])
+            if dst.is_symlink():
+                if dst.resolve() == src.resolve():
+                    continue
+                dst.unlink()
+            elif dst.exists():
+                continue  # a parent mount already placed something here
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.symlink_to(src)
