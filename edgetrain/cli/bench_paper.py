@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
+from edgetrain.bench.paper import BenchConfig, Scale, config_for, render_markdown, run_bench
 from edgetrain.cli.bench import app as bench_app
 from edgetrain.cli.common import exit_codes, stderr
-from edgetrain.pipeline.paper import BenchConfig, Scale, config_for, render_markdown, run_bench
 from edgetrain.workloads.progress import Reporter
 
 

@@ -22,7 +22,7 @@ from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
 
 if TYPE_CHECKING:
-    from edgetrain.planner.predict_bench import CaseResult
+    from edgetrain.bench.predictor import CaseResult
 
 BoardsOpt = Annotated[str, typer.Option(help="Comma-separated simulated boards, or 'all'.")]
 
@@ -141,7 +141,7 @@ def bench_predictor(
 ) -> None:
     """Predicted profiles vs the paper's baselines on the board twins (all figures simulated)."""
     from edgetrain.api.io import write_text_atomic
-    from edgetrain.planner.predict_bench import BenchConfig, markdown_tables, run_case
+    from edgetrain.bench.predictor import BenchConfig, markdown_tables, run_case
     from edgetrain.predictor.mlp import Loss, TrainConfig
     from edgetrain.predictor.reference import load_reference
     from edgetrain.workloads import workload_cost

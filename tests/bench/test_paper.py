@@ -13,29 +13,29 @@ from typer.testing import CliRunner
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.api.training import OptimizerSpec
-from edgetrain.cli import app
-from edgetrain.pipeline.paper import (
-    BenchConfig,
-    BoardConfig,
-    DatasetRef,
-    EstimateRecord,
-    FrontierProfile,
-    ProfilingCost,
-    WorkloadConfig,
+from edgetrain.bench.paper.arithmetic import (
     baseline_batches,
-    estimate_key,
-    evaluate_case,
-    fmt_stat,
-    frontier_profile,
     mean_std,
     noisy_measure,
     point_device_time_s,
     profiling_device_time_s,
     ratio,
-    scaled_limit_w,
-    small_config,
     time_to_accuracy_s,
 )
+from edgetrain.bench.paper.config import (
+    BenchConfig,
+    BoardConfig,
+    DatasetRef,
+    ProfilingCost,
+    WorkloadConfig,
+    scaled_limit_w,
+    small_config,
+)
+from edgetrain.bench.paper.estimates import estimate_key
+from edgetrain.bench.paper.evaluate import FrontierProfile, evaluate_case, frontier_profile
+from edgetrain.bench.paper.render import fmt_stat
+from edgetrain.bench.paper.results import EstimateRecord
+from edgetrain.cli import app
 from edgetrain.planner import Lut
 
 MHZ = 1_000_000

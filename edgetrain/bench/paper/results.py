@@ -1,0 +1,140 @@
+"""The benchmark's results as models: per choice, per case, per summary, and the whole run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.training import OptimizerSpec
+from edgetrain.bench.paper.arithmetic import Stat
+from edgetrain.bench.paper.config import CACHE_VERSION, BenchConfig
+
+
+class ChoiceOutcome(BaseModel):
+    """One method's (b, f) and what it truly costs on the target data (simulated device)."""
+
+    batch_size: int
+    gpu_freq_hz: int
+    time_per_sample_s: float
+    peak_power_w: float
+    mean_power_w: float
+    samples_to_accuracy: float | None
+    tta_s: float | None = Field(description="T_s × N_target; None: the target was never reached")
+    energy_j: float | None = Field(description="mean power × tta_s")
+    within_limit: bool = Field(description="true (noise-free) power within the limit")
+    simulated: Literal[True] = True
+
+
+class CaseOutcome(BaseModel):
+    """One (workload, proxy, target, board, limit, seed)."""
+
+    workload: str
+    proxy: str
+    target: str
+    board: str
+    power_limit_w: float | None
+    seed: int
+    baseline_freq_hz: int | None
+    baseline_freq_source: Literal["paper", "baseline_column"]
+    b1: ChoiceOutcome | None
+    b2: ChoiceOutcome | None
+    edgetrain: ChoiceOutcome | None
+    oracle: ChoiceOutcome | None
+    frontier_points: int
+    grid_points: int
+    profiling_s: float = Field(description="device time of the frontier profile (simulated)")
+    overhead_share: float | None = Field(description="profiling_s / edgetrain tta_s")
+    simulated: Literal[True] = True
+
+
+class CaseSummary(BaseModel):
+    """A main-table row: one case over seeds."""
+
+    workload: str
+    proxy: str
+    target: str
+    board: str
+    power_limit_w: float | None
+    baseline_freq_hz: int | None
+    baseline_freq_source: str
+    b1_tta_s: Stat
+    b2_tta_s: Stat
+    edgetrain_tta_s: Stat
+    oracle_tta_s: Stat
+    edgetrain_over_oracle: Stat
+    b1_over_edgetrain: Stat
+    b2_over_edgetrain: Stat
+    b1_energy_j: Stat
+    b2_energy_j: Stat
+    edgetrain_energy_j: Stat
+    oracle_energy_j: Stat
+    overhead_share: Stat
+    frontier_points: Stat
+    grid_points: int
+    b1_choices: list[str]
+    b2_choices: list[str]
+    edgetrain_choices: list[str]
+    oracle_choices: list[str]
+    edgetrain_over_limit: int = Field(description="seeds whose choice truly exceeds the limit")
+    simulated: Literal[True] = True
+
+
+class SensitivityCell(BaseModel):
+    """Figure 5: edgetrain's TTA with this proxy's r over the oracle's, on this target."""
+
+    workload: str
+    board: str
+    power_limit_w: float | None
+    proxy: str
+    target: str
+    edgetrain_over_oracle: Stat
+    simulated: Literal[True] = True
+
+
+class EstimateRecord(BaseModel):
+    """One cached real-training estimate: samples to the target per batch size, one seed."""
+
+    model: str
+    dataset: str
+    dataset_limit: int | None
+    target_accuracy: float
+    batch_sizes: list[int]
+    optimizer: OptimizerSpec
+    sample_budget: int
+    eval_interval_samples: int
+    eval_samples: int | None
+    seed: int
+    samples_to_accuracy: list[float | None]
+    wall_s: float
+    cache_version: int = CACHE_VERSION
+
+    def efficiency(self) -> EfficiencyVector | None:
+        """The contract's efficiency vector (None when no batch size reached the target)."""
+        if all(s is None for s in self.samples_to_accuracy):
+            return None
+        return EfficiencyVector.from_samples(
+            model=self.model,
+            dataset=self.dataset,
+            target_accuracy=self.target_accuracy,
+            batch_sizes=self.batch_sizes,
+            samples_to_accuracy=self.samples_to_accuracy,
+        )
+
+
+class PaperBenchResult(BaseModel):
+    """What `bench paper --json` prints; the markdown table is rendered from it."""
+
+    config: BenchConfig
+    command: str
+    date: str
+    wall_s: float
+    training_wall_s: float = Field(description="real training this run (cached runs excluded)")
+    estimates_run: int
+    estimates_cached: int
+    estimates: list[EstimateRecord]
+    cases: list[CaseOutcome]
+    summaries: list[CaseSummary]
+    sensitivity: list[SensitivityCell]
+    simulated: Literal[True] = True
