@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel
 
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec
-from edgetrain.api.job_status import PowerAwareTrainingJobStatus
+from edgetrain.api.job_status import MAX_STRING, PowerAwareTrainingJobStatus
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "powerawaretrainingjobs"
@@ -31,7 +31,6 @@ IMMUTABLE_ONCE_STARTED = (
     "batchSizes",
     "optimizer",
 )
-MAX_STRING = 1024  # bounds CEL's cost estimate for the immutability rule
 _DROP = {"title", "$defs", "additionalProperties", "discriminator"}
 
 

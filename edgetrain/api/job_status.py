@@ -7,6 +7,31 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+#: maxLength of every free-text string in the CRD (spec and status; api/crd.py). It bounds CEL's
+#: cost estimate for the immutability rule, and the API server refuses a longer status (422).
+MAX_STRING = 1024
+#: Characters kept from the end of a cut string: a crash's last line says what failed.
+_KEEP_TAIL = 300
+_CUT = " … "
+
+
+def fit_string(text: str, limit: int = MAX_STRING) -> str:
+    """`text` within `limit` characters: its head and tail around a marker when longer."""
+    if len(text) <= limit:
+        return text
+    head = limit - len(_CUT) - _KEEP_TAIL
+    return text[:head] + _CUT + text[-_KEEP_TAIL:]
+
+
+def _fit(value: object) -> object:
+    if isinstance(value, str):
+        return fit_string(value)
+    if isinstance(value, dict):
+        return {k: _fit(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fit(v) for v in value]
+    return value
+
 
 class Phase(StrEnum):
     """Where a job is; `Succeeded` and `Failed` are final."""
@@ -152,5 +177,8 @@ class PowerAwareTrainingJobStatus(_Status):
     finished_at: str | None = None
 
     def wire(self) -> dict[str, object]:
-        """The JSON the API server stores (camelCase, no nulls)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The JSON the API server stores (camelCase, no nulls), every string within the schema's
+        limit: a status the server refuses would never be written, and the job would stall."""
+        wire = _fit(self.model_dump(mode="json", by_alias=True, exclude_none=True))
+        assert isinstance(wire, dict)
+        return wire

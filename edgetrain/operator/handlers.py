@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 
 from edgetrain.api.crd import GROUP, PLURAL, VERSION
-from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
+from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
 from edgetrain.kube import KubeClient, load_configuration
 from edgetrain.operator.reconcile import Reconciler
 from edgetrain.operator.settings import OperatorSettings, load_settings
@@ -109,9 +109,8 @@ def _run(body: kopf.Body, patch: kopf.Patch) -> None:
         if changed:
             _written[uid] = (before, new)
     for kind, reason, message in step.events:
-        # Events take at most 1024 characters; keep the end (a termination message's last lines).
-        short = message if len(message) <= 1000 else message[:300] + " … " + message[-690:]
-        kopf.event(body, type=kind, reason=reason, message=short)
+        # Events take at most 1024 characters; fit_string keeps the end (the last lines).
+        kopf.event(body, type=kind, reason=reason, message=fit_string(message, 1000))
         if kind == "Warning":
             logging.getLogger("edgetrain.operator").warning("%s/%s %s: %s",
                 body.metadata.namespace, body.metadata.name, reason, message)
