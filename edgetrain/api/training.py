@@ -109,6 +109,7 @@ class TrainingEvent(BaseModel):
     device: str | None = None
     precision: str | None = None
     reached_target: bool | None = None  # in the result
+    resumed_from_samples: int | None = None  # in the result: where this segment started
 
     @classmethod
     def from_line(cls, line: str) -> TrainingEvent | None:
