@@ -127,8 +127,8 @@ class OperatorBenchResult(BaseModel):
     api_requests_per_job: float
     api_requests_per_s_mean: float
     api_requests_per_s_peak: float
-    api_watches: int
-    api_errors: int
+    api_watches: int  # watch requests opened within the window
+    api_status_codes: dict[str, int]
     api_requests_top: dict[str, int]
     operator_rss_mb: float  # peak (VmHWM), MiB
     operator_rss_idle_mb: float  # before the first job
@@ -213,6 +213,12 @@ class Tracker:
             if (phase == "train" and track.train_done is None
                     and (obj.get("status") or {}).get("succeeded")):
                 track.train_done = at
+
+    def last_final(self) -> float:
+        """When the last job was first seen final (0 if none is)."""
+        with self._lock:
+            return max((t.phase_seen.get(t.phase or "", 0.0) for t in self.jobs.values()
+                        if t.phase in FINAL), default=0.0)
 
     def phases(self) -> Counter[str]:
         """Jobs per current phase."""
@@ -501,8 +507,7 @@ def _wait_jobs(tracker: Tracker, deadline: float, reporter: Reporter,
         status = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()) if p not in FINAL)
         reporter.advance(done, status=status, phases=dict(phases))
         if done == total:
-            with tracker._lock:
-                return max(t.phase_seen.get(t.phase or "", 0.0) for t in tracker.jobs.values())
+            return tracker.last_final()
         operator.check()
         if time.monotonic() > deadline:
             return time.monotonic()
@@ -548,7 +553,7 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         api_requests_per_s_mean=round(requests.mean_per_s, 1),
         api_requests_per_s_peak=round(requests.peak_per_s, 1),
         api_watches=requests.watches,
-        api_errors=requests.errors,
+        api_status_codes=requests.status_codes,
         api_requests_top=dict(list(requests.by_verb_resource.items())[:12]),
         operator_rss_mb=round((peak.peak_rss_bytes if peak else 0) / MIB, 1),
         operator_rss_idle_mb=round((idle.rss_bytes if idle else 0) / MIB, 1),
