@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -59,6 +60,11 @@ def bench_operator(
 ) -> None:
     """Decision latency, API requests, memory and CPU of the real operator on a kwok fleet."""
     from edgetrain.bench.operator import DEFAULT_BOARDS, OperatorBenchConfig, run_bench
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # unwind: stop the operator and the cluster it started
+
+    signal.signal(signal.SIGTERM, stop)
 
     with exit_codes():
         from edgetrain.cluster.boards import profile
