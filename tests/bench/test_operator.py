@@ -139,3 +139,18 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert result["api_requests"] > 0 and result["operator_rss_mb"] > 0
     assert result["objects_created"]["Job estimate"] == 3
     assert result["objects_created"]["Job train"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--boards", "server"], "--boards: 'server' is not a Jetson board"),
+        (["--boards", "nano,tx9"], "--boards: unknown board 'tx9'"),
+        (["--power-limits", "5,x"], "--power-limits: expected comma-separated positive numbers"),
+    ],
+)
+def test_bad_options_exit_2_before_any_cluster(args: list[str], message: str) -> None:
+    proc = run_edgetrain("bench", "operator", *args, "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert proc.stdout == ""
