@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import threading
@@ -494,6 +495,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             operator_peak = read_proc(operator.pid)
             operator.stop(grace_s=10.0)
         requests = read_audit(audit_log_path(root), start_epoch, end_epoch)
+    if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
+        shutil.rmtree(root, ignore_errors=True)
     return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
                    load_before, idle_rss, operator_peak, worker.errors)
 
