@@ -27,6 +27,9 @@ LABEL_CACHE_KEY = "edgetrain.io/cache-key"
 LABEL_MODEL = "edgetrain.io/model"
 # Test hook on a job: fail its worker pods this many times (fault tests).
 ANNOTATION_INJECT_FAILURES = "edgetrain.io/inject-failures"
+# `edgetrain bench operator`: on a pod of a kwok node, "the simulated workload has finished";
+# the bench's kwok stage completes the pod (exit 0) only then, after its results are published.
+ANNOTATION_BENCH_DONE = "edgetrain.io/bench-done"
 # Labels a pod's job is found by, ours first, then Kubernetes' own.
 JOB_LABELS = (LABEL_JOB, "batch.kubernetes.io/job-name", "job-name")
 

@@ -92,6 +92,10 @@ class LocalCluster:
     run_dir: Path
     with_kwok: bool = True
     detached: bool = False  # True: processes outlive this interpreter (edgetrain cluster up)
+    # kwok's stage file (default: upstream's fast stages from `make cluster-bins`); a bench
+    # passes its own so that pods complete when it says, not at once.
+    kwok_config: Path | None = None
+    apiserver_args: list[str] = field(default_factory=list)  # extra flags, e.g. an audit log
     components: dict[str, Component] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 
@@ -267,6 +271,7 @@ class LocalCluster:
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--v=1",
+            *self.apiserver_args,
         ])
         with KubeClient.from_kubeconfig(self.kubeconfig) as client:
             proc.wait_ready(client.readyz, timeout_s, "ready (/readyz)")
@@ -314,7 +319,7 @@ class LocalCluster:
             str(binaries.binary("kwok")),
             f"--kubeconfig={self.run_dir / 'kwok.kubeconfig'}",
             # kwok >= v0.8 has no built-in stages; build-k8s.sh installs upstream's.
-            f"--config={binaries.bin_dir() / 'kwok-stages.yaml'}",
+            f"--config={self.kwok_config or binaries.bin_dir() / 'kwok-stages.yaml'}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--manage-nodes-with-label-selector=",

@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edgetrain.api.keys import LABEL_NODE_KIND, LABEL_VIRTUAL
+from edgetrain.cluster.boards import GPU_RESOURCE, profile
 from edgetrain.kube import KubeApiError, KubeClient, Obj, node_ready
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -39,20 +40,51 @@ def idle_node(name: str) -> Obj:
     }
 
 
-def create_idle_nodes(client: KubeClient, count: int, prefix: str = "kwok-idle",
-                      workers: int = 8) -> list[str]:
-    """Create `count` kwok nodes (existing ones are kept); returns their names."""
-    names = [f"{prefix}-{i}" for i in range(count)]
+def board_node(name: str, board: str, *, pods: int = 110, gpus: int | None = None) -> Obj:
+    """A kwok Node labelled like a virtual node of `board` (device model, L4T, node kind), with
+    no taint: pods scheduled to it get kwok's simulated status, and nothing runs."""
+    prof = profile(board)
+    capacity = {**prof.capacity(), "pods": str(pods)}
+    if gpus is not None:
+        capacity[GPU_RESOURCE] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {**prof.annotations(), KWOK_ANNOTATION: "fake",
+                            "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {**prof.labels(name), "type": "kwok"},
+        },
+        "status": {
+            "allocatable": capacity,
+            "capacity": capacity,
+            "nodeInfo": {"kubeletVersion": "fake", "architecture": prof.arch,
+                         "operatingSystem": "linux", "osImage": prof.os_image_text,
+                         "kernelVersion": prof.kernel},
+        },
+    }
 
-    def create(name: str) -> None:
+
+def create_nodes(client: KubeClient, bodies: list[Obj], workers: int = 8) -> None:
+    """Create Nodes in parallel (existing ones are kept)."""
+
+    def create(body: Obj) -> None:
         try:
-            client.create("/api/v1/nodes", idle_node(name))
+            client.create("/api/v1/nodes", body)
         except KubeApiError as exc:
             if exc.code != 409:
                 raise
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(create, names))
+        list(pool.map(create, bodies))
+
+
+def create_idle_nodes(client: KubeClient, count: int, prefix: str = "kwok-idle",
+                      workers: int = 8) -> list[str]:
+    """Create `count` kwok nodes (existing ones are kept); returns their names."""
+    names = [f"{prefix}-{i}" for i in range(count)]
+    create_nodes(client, [idle_node(n) for n in names], workers)
     return names
 
 

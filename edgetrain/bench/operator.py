@@ -1,0 +1,590 @@
+"""`edgetrain bench operator`: the operator's decisions at fleet scale, measured from outside.
+
+A local control plane with kwok nodes of mixed Jetson models runs the real `edgetrain operator`
+process (the chart's command) under its own ServiceAccount. Nothing trains: a fake worker does
+what the operator's pods would publish (`operator_worker`), and kwok completes the pods. The
+bench watches only what anyone can see (the jobs' status, the Jobs and DaemonSets the operator
+creates, their labels), so it measures any version of the operator alike:
+
+- decision latency: from an input being ready (the job created, a ConfigMap published, a
+  training Job complete) to the first sign of the operator's decision (the next Job or
+  DaemonSet it creates for the job, or its status phase changing), p50/p95/p99;
+- API requests of the operator, from the API server's audit log of its ServiceAccount;
+- the operator's peak RSS (VmHWM) and CPU seconds, and the control plane's, from /proc.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from edgetrain.api.crd import GROUP, PLURAL, VERSION
+from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec
+from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
+from edgetrain.bench.operator_fleet import (
+    MIB,
+    ApiRequests,
+    ProcReading,
+    apply_crds,
+    audit_args,
+    audit_log_path,
+    bench_stages,
+    node_list_bytes,
+    operator_kubeconfig,
+    read_audit,
+    read_proc,
+)
+from edgetrain.bench.operator_worker import FakeWorker
+from edgetrain.cluster import binaries
+from edgetrain.cluster.boards import profile as board_profile
+from edgetrain.cluster.controlplane import LocalCluster
+from edgetrain.cluster.kwok import board_node, create_nodes
+from edgetrain.cluster.process import ManagedProcess
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, node_schedulable
+from edgetrain.workloads.catalog import DATASETS
+from edgetrain.workloads.progress import Reporter
+
+NAMESPACE = "edgetrain-bench"
+DEFAULT_BOARDS = ("jetson-nano", "jetson-orin-nano", "jetson-xavier-nx", "jetson-agx-orin")
+FINAL = ("Succeeded", "Failed")
+# The phases after each input, in order: any of them observed means the operator has decided.
+AFTER_START = ("EstimatingEfficiency", "Profiling", "Selecting", "Training", *FINAL)
+AFTER_EFFICIENCY = ("Profiling", "Selecting", "Training", *FINAL)
+AFTER_PROFILES = ("Selecting", "Training", *FINAL)
+MODEL, DATASET = "resnet8-w025", "digits"
+BATCH_SIZES = [16, 64]
+SCHEDULABLE_FRACTION = 0.99
+
+
+class OperatorBenchConfig(BaseModel):
+    """One run: how many jobs on how many nodes, and how the pods' work is simulated."""
+
+    jobs: int = Field(ge=1)
+    nodes: int = Field(ge=1, description="kwok Jetson nodes (plus one GPU server)")
+    boards: list[str] = Field(default_factory=lambda: list(DEFAULT_BOARDS), min_length=1)
+    power_limits_w: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0], min_length=1)
+    work_s: float = Field(default=1.0, ge=0, description="simulated work of every pod")
+    deadline_s: float = Field(default=1800.0, gt=0, description="from the first job created")
+    poll_interval_s: float | None = Field(default=None, description="None: the operator's own")
+    submit_workers: int = Field(default=4, ge=1)
+
+
+class LatencyStats(BaseModel):
+    """Percentiles of one kind of decision (seconds); None when there were none."""
+
+    count: int
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    max_s: float | None
+    undecided: int = 0  # inputs ready by the end that no decision followed
+
+
+class ComponentUsage(BaseModel):
+    """CPU and memory of one process over the jobs' window."""
+
+    cpu_s: float
+    cpu_percent: float  # of one core, averaged over the window
+    rss_mb: float  # peak resident set (VmHWM), MiB
+
+
+class OperatorBenchResult(BaseModel):
+    """Everything one run measured (`--json` prints this)."""
+
+    command: str
+    date: str
+    machine: str
+    load_average_before: float  # 1-min load before the jobs were created
+    load_average_during: float  # mean of the 1-min load while they ran
+    config: OperatorBenchConfig
+    node_models: dict[str, int]
+    jobs_succeeded: int
+    jobs_failed: int
+    jobs_unfinished: int
+    phases_at_end: dict[str, int]
+    failure_messages: list[str]
+    wall_s: float  # first job created → last job final (or the deadline)
+    decisions: int
+    decision_p50_s: float | None
+    decision_p95_s: float | None
+    decision_p99_s: float | None
+    decision_max_s: float | None
+    transitions: dict[str, LatencyStats]
+    api_requests: int
+    api_requests_per_job: float
+    api_requests_per_s_mean: float
+    api_requests_per_s_peak: float
+    api_watches: int  # watch requests opened within the window
+    api_status_codes: dict[str, int]
+    api_requests_top: dict[str, int]
+    operator_rss_mb: float  # peak (VmHWM), MiB
+    operator_rss_idle_mb: float  # before the first job
+    operator_cpu_s: float
+    operator_cpu_percent: float
+    control_plane: dict[str, ComponentUsage]
+    node_list_mb: float  # one GET /api/v1/nodes answer
+    objects_created: dict[str, int]
+    bench_errors: list[str]
+
+
+# --- what the bench sees -----------------------------------------------------------------
+
+
+@dataclass
+class JobTrack:
+    """The externally visible history of one job (monotonic seconds)."""
+
+    created: float | None = None
+    phase: str | None = None
+    phase_seen: dict[str, float] = field(default_factory=dict)
+    efficiency_cm: str | None = None
+    profile_cms: list[str] = field(default_factory=list)
+    message: str = ""
+    estimate_jobs: list[float] = field(default_factory=list)
+    daemonsets: list[float] = field(default_factory=list)
+    train_jobs: list[float] = field(default_factory=list)
+    train_done: float | None = None
+
+
+class Tracker:
+    """Folds watch events into per-job histories; thread-safe."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.jobs = {n: JobTrack() for n in names}
+        self.published: dict[str, float] = {}
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def created(self, name: str, at: float) -> None:
+        """The bench is about to create job `name`."""
+        with self._lock:
+            self.jobs[name].created = at
+
+    def publish(self, configmap: str, at: float) -> None:
+        """The fake worker is about to publish `configmap`."""
+        with self._lock:
+            self.published.setdefault(configmap, at)
+
+    def on_job(self, kind: str, obj: Obj, at: float) -> None:
+        """A PowerAwareTrainingJob event."""
+        status = obj.get("status") or {}
+        with self._lock:
+            track = self.jobs.get(obj["metadata"]["name"])
+            if track is None:
+                return
+            phase = status.get("phase")
+            if phase and phase != track.phase:
+                track.phase = phase
+                track.phase_seen.setdefault(phase, at)
+            track.message = str(status.get("message") or "")
+            track.efficiency_cm = (status.get("efficiency") or {}).get("configMap")
+            track.profile_cms = [p["configMap"] for p in status.get("profiles") or []
+                                 if p.get("configMap")]
+
+    def on_owned(self, kind: str, obj: Obj, at: float) -> None:
+        """A Job or DaemonSet event (the operator's objects carry the job's label)."""
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        with self._lock:
+            track = self.jobs.get(labels.get(LABEL_JOB, ""))
+            if track is None or kind == "DELETED":
+                return
+            phase = labels.get(LABEL_PHASE, "")
+            if meta["uid"] not in self._seen:
+                self._seen.add(meta["uid"])
+                what = f"{obj.get('kind', '?')} {phase}"
+                self.counts[what] += 1
+                {"estimate": track.estimate_jobs, "profile": track.daemonsets,
+                 "train": track.train_jobs}.get(phase, []).append(at)
+            if (phase == "train" and track.train_done is None
+                    and (obj.get("status") or {}).get("succeeded")):
+                track.train_done = at
+
+    def last_final(self) -> float:
+        """When the last job was first seen final (0 if none is)."""
+        with self._lock:
+            return max((t.phase_seen.get(t.phase or "", 0.0) for t in self.jobs.values()
+                        if t.phase in FINAL), default=0.0)
+
+    def phases(self) -> Counter[str]:
+        """Jobs per current phase."""
+        with self._lock:
+            return Counter(t.phase or "Pending" for t in self.jobs.values())
+
+
+def _first(times: list[float], after: float) -> float | None:
+    later = [t for t in times if t >= after]
+    return min(later) if later else None
+
+
+def decisions(track: JobTrack, published: dict[str, float]) -> dict[str, float | None]:
+    """Latency per transition of one job (None: the input was ready, no decision followed);
+    transitions whose input never became ready are absent."""
+    out: dict[str, float | None] = {}
+
+    def decide(name: str, ready: float, objects: list[float], phases: tuple[str, ...]) -> None:
+        seen = [t for p, t in track.phase_seen.items() if p in phases]
+        first = _first([*objects, *seen], ready)
+        out[name] = None if first is None else first - ready
+
+    if track.created is None:
+        return out
+    decide("start", track.created, [*track.estimate_jobs, *track.daemonsets, *track.train_jobs],
+           AFTER_START)
+    eff = published.get(track.efficiency_cm or "")
+    if eff is not None:
+        eff = max(eff, track.created)
+        decide("efficiency", eff, [*track.daemonsets, *track.train_jobs], AFTER_EFFICIENCY)
+        profiles = [published.get(cm) for cm in track.profile_cms]
+        if profiles and all(p is not None for p in profiles):
+            ready = max(p for p in profiles if p is not None)
+            if ready > eff:  # else the efficiency decision already had every profile
+                decide("profiles", ready, track.train_jobs, AFTER_PROFILES)
+    if track.train_done is not None:
+        decide("training", track.train_done, [], FINAL)
+    return out
+
+
+def latency_stats(values: list[float | None]) -> LatencyStats:
+    """p50/p95/p99/max of the decided ones; the undecided are counted apart."""
+    done = [v for v in values if v is not None]
+    if not done:
+        return LatencyStats(count=0, p50_s=None, p95_s=None, p99_s=None, max_s=None,
+                            undecided=len(values))
+    arr = np.asarray(done)
+    p50, p95, p99 = (float(np.percentile(arr, q)) for q in (50, 95, 99))
+    return LatencyStats(count=len(done), p50_s=round(p50, 3), p95_s=round(p95, 3),
+                        p99_s=round(p99, 3), max_s=round(float(arr.max()), 3),
+                        undecided=len(values) - len(done))
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def job_manifest(name: str, index: int, limits_w: list[float]) -> Obj:
+    """A small job on every Jetson model; each has its own efficiency key (target accuracy)
+    and shares profiles with the jobs of the same power limit."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"architecture": MODEL},
+            "dataset": {"name": DATASET},
+            "proxyDataset": {"name": DATASET},
+            "targetAccuracy": round(0.3 + (index % 5000) * 1e-4, 4),
+            "powerLimitWatts": limits_w[index % len(limits_w)],
+            "batchSizes": BATCH_SIZES,
+            "optimizer": {"name": "adam", "learningRate": 3.0e-3, "referenceBatchSize": 64},
+            "budget": {"estimateSamples": 2048, "trainSamples": 4096,
+                       "evalIntervalSamples": 256, "evalSamples": 150, "profileMinibatches": 2},
+        },
+    }
+
+
+def node_counts(total: int, boards: list[str]) -> dict[str, int]:
+    """`total` nodes spread evenly over the boards (the first ones get the remainder)."""
+    base, extra = divmod(total, len(boards))
+    return {b: base + (1 if i < extra else 0) for i, b in enumerate(boards) if base or i < extra}
+
+
+def machine_description() -> str:
+    """CPU count and model (for the benchmark page)."""
+    cpu = platform.processor() or platform.machine()
+    return f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()}"
+
+
+class _Watches:
+    """Watch threads feeding the tracker and the fake worker."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def add(self, path: str, handler: Callable[[str, Obj, float], None]) -> None:
+        def pump() -> None:
+            for kind, obj in self.kube.list_watch(path, self.stop):
+                handler(kind, obj, time.monotonic())
+
+        thread = threading.Thread(target=pump, daemon=True, name=f"watch {path}")
+        thread.start()
+        self.threads.append(thread)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=40)
+
+
+class _Sampler:
+    """Samples the operator's and the control plane's /proc every second (and the load)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.first: dict[str, ProcReading] = {}
+        self.last: dict[str, ProcReading] = {}
+        self.loads: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> None:
+        self._read(self.first)
+        self._thread.start()
+
+    def _read(self, into: dict[str, ProcReading]) -> None:
+        for name, pid in self.pids.items():
+            reading = read_proc(pid)
+            if reading is not None:
+                into[name] = reading
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self._read(self.last)
+            self.loads.append(os.getloadavg()[0])
+
+    def finish(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._read(self.last)
+
+    def usage(self, name: str, window_s: float) -> ComponentUsage:
+        first, last = self.first.get(name), self.last.get(name)
+        if first is None or last is None:
+            return ComponentUsage(cpu_s=0.0, cpu_percent=0.0, rss_mb=0.0)
+        cpu = last.cpu_s - first.cpu_s
+        return ComponentUsage(cpu_s=round(cpu, 2),
+                              cpu_percent=round(100.0 * cpu / max(window_s, 1e-9), 1),
+                              rss_mb=round(last.peak_rss_bytes / MIB, 1))
+
+
+@contextmanager
+def _cluster(run_dir: Path) -> Iterator[LocalCluster]:
+    binaries.ensure_binaries()
+    stages = run_dir / "kwok-stages.yaml"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stages.write_text(bench_stages((binaries.bin_dir() / "kwok-stages.yaml").read_text()))
+    # New Nodes get no not-ready taint (TaintNodesByCondition): the node lifecycle controller
+    # lifts it one node at a time, which takes many minutes for thousands of nodes here.
+    args = [*audit_args(run_dir), "--disable-admission-plugins=TaintNodesByCondition"]
+    cluster = LocalCluster(run_dir, kwok_config=stages, apiserver_args=args)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _wait_schedulable(kube: KubeClient, count: int, reporter: Reporter,
+                      timeout_s: float) -> None:
+    """Until (nearly) every kwok node is Ready and schedulable (no not-ready taint)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = kube.get("/api/v1/nodes", labelSelector="type=kwok")["items"]
+        ready = sum(1 for n in items if node_schedulable(n))
+        reporter.advance(ready, status="schedulable")
+        # A few of thousands of kwok nodes may miss a lease renewal on a busy machine and
+        # flap to NotReady; the operator skips those like any node that is not Ready.
+        if ready >= count * SCHEDULABLE_FRACTION:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ready}/{count} kwok nodes schedulable after"
+                               f" {timeout_s:.0f} s (see the kwok and controller-manager logs)")
+        time.sleep(5.0)  # each look lists every node
+
+
+def _wait_operator(proc: ManagedProcess, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while "Initial authentication has finished" not in proc.log_path.read_text(errors="replace"):
+        proc.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the operator did not start within {timeout_s:.0f} s; see"
+                               f" {proc.log_path}")
+        time.sleep(0.2)
+
+
+def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
+              run_dir: Path | None = None) -> OperatorBenchResult:
+    """Start the cluster, the nodes and the operator; run the jobs; measure; tear down."""
+    from edgetrain.workloads.models import workload_cost
+
+    boards = [board_profile(b).board for b in config.boards]
+    bad = [b for b in boards if board_profile(b).kind != "jetson"]
+    if bad:
+        raise ValueError(f"--boards: {bad} are not Jetson boards")
+    info = DATASETS[DATASET]
+    cost = workload_cost(MODEL, tuple(info.input_shape), info.num_classes)
+    names = [f"bench-{i:05d}" for i in range(config.jobs)]
+    manifests = [job_manifest(n, i, config.power_limits_w) for i, n in enumerate(names)]
+    specs = {m["metadata"]["name"]: PowerAwareTrainingJobSpec.model_validate(m["spec"])
+             for m in manifests}
+    counts = node_counts(config.nodes, boards)
+    root = run_dir or Path(tempfile.mkdtemp(prefix="edgetrain-bench-operator-"))
+    reporter.event("cluster", run_dir=str(root))
+    with _cluster(root) as cluster, cluster.client() as kube:
+        nodes: dict[str, tuple[str, str | None]] = {}
+        bodies = []
+        for board, count in counts.items():
+            short = board.removeprefix("jetson-")
+            for i in range(count):
+                name = f"{short}-{i:05d}"
+                bodies.append(board_node(name, board))
+                nodes[name] = (board, board_profile(board).l4t)
+        # One GPU server with room for every estimate at once: the bench measures the
+        # operator, not a queue on a fake server.
+        bodies.append(board_node("gpu-server-0", "gpu-server", pods=config.jobs + 110,
+                                 gpus=config.jobs + 8))
+        reporter.start("nodes", total=len(bodies))
+        create_nodes(kube, bodies, workers=8)
+        _wait_schedulable(kube, len(bodies), reporter,
+                          timeout_s=max(300.0, len(bodies) * 0.5))
+        node_list_mb = node_list_bytes(kube) / MIB
+        apply_crds(kube)
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": NAMESPACE}})
+        kubeconfig = operator_kubeconfig(kube, cluster.pki, root / "operator.kubeconfig")
+        argv = [sys.executable, "-m", "edgetrain", "operator", "--kubeconfig", str(kubeconfig)]
+        if config.poll_interval_s is not None:
+            argv += ["--poll-interval", str(config.poll_interval_s)]
+        operator = ManagedProcess("operator", argv, root / "logs" / "operator.log",
+                                  env=dict(os.environ)).start()
+        tracker = Tracker(names)
+        watches = _Watches(kube)
+        worker = FakeWorker(kube, NAMESPACE, specs, nodes, cost, config.work_s, tracker.publish)
+        try:
+            _wait_operator(operator)
+            pids = {"operator": operator.pid,
+                    **{n: c.pid for n, c in cluster.components.items()}}
+            sampler = _Sampler(pids)
+            group = f"{GROUP}/{VERSION}"
+            watches.add(api_path(group, PLURAL, NAMESPACE), tracker.on_job)
+            watches.add(api_path("batch/v1", "jobs", NAMESPACE), tracker.on_owned)
+            watches.add(api_path("apps/v1", "daemonsets", NAMESPACE), tracker.on_owned)
+            watches.add(api_path("v1", "pods", NAMESPACE), worker.on_pod)
+            time.sleep(1.0)  # let the watches list before the first job appears
+            load_before = os.getloadavg()[0]
+            idle_rss = read_proc(operator.pid)
+            start_epoch = time.time()
+            sampler.start()
+            started = time.monotonic()
+            _submit(kube, manifests, tracker, config.submit_workers)
+            reporter.start("jobs", total=config.jobs)
+            end = _wait_jobs(tracker, started + config.deadline_s, reporter, operator)
+            sampler.finish()
+            end_epoch = time.time()
+            window = end - started
+        finally:
+            watches.close()
+            worker.close()
+            operator_peak = read_proc(operator.pid)
+            operator.stop(grace_s=10.0)
+        requests = read_audit(audit_log_path(root), start_epoch, end_epoch)
+    if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
+        shutil.rmtree(root, ignore_errors=True)
+    return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
+                   load_before, idle_rss, operator_peak, worker.errors)
+
+
+def _submit(kube: KubeClient, manifests: list[Obj], tracker: Tracker, workers: int) -> None:
+    path = api_path(f"{GROUP}/{VERSION}", PLURAL, NAMESPACE)
+
+    def create(manifest: Obj) -> None:
+        name = manifest["metadata"]["name"]
+        tracker.created(name, time.monotonic())
+        for attempt in range(5):
+            try:
+                kube.create(path, manifest)
+                return
+            except KubeApiError as exc:  # a fresh CRD may answer 404/429 for a moment
+                if exc.code not in (0, 404, 429, 500, 503) or attempt == 4:
+                    raise
+                time.sleep(0.5)
+                tracker.created(name, time.monotonic())
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(create, manifests))
+
+
+def _wait_jobs(tracker: Tracker, deadline: float, reporter: Reporter,
+               operator: ManagedProcess) -> float:
+    """Until every job is final or the deadline passes; returns when the last became final."""
+    total = len(tracker.jobs)
+    while True:
+        phases = tracker.phases()
+        done = sum(phases[p] for p in FINAL)
+        status = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()) if p not in FINAL)
+        reporter.advance(done, status=status, phases=dict(phases))
+        if done == total:
+            return tracker.last_final()
+        operator.check()
+        if time.monotonic() > deadline:
+            return time.monotonic()
+        time.sleep(1.0)
+
+
+def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
+            requests: ApiRequests, sampler: _Sampler, window_s: float,
+            counts: dict[str, int], node_list_mb: float, load_before: float,
+            idle: ProcReading | None, peak: ProcReading | None,
+            errors: list[str]) -> OperatorBenchResult:
+    per_kind: dict[str, list[float | None]] = {"start": [], "efficiency": [], "profiles": [],
+                                               "training": []}
+    for track in tracker.jobs.values():
+        for kind, value in decisions(track, tracker.published).items():
+            per_kind[kind].append(value)
+    pooled = latency_stats([v for values in per_kind.values() for v in values])
+    phases = tracker.phases()
+    failed = [t.message for t in tracker.jobs.values() if t.phase == "Failed"]
+    op = sampler.usage("operator", window_s)
+    return OperatorBenchResult(
+        command=command,
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=machine_description(),
+        load_average_before=round(load_before, 2),
+        load_average_during=round(float(np.mean(sampler.loads)) if sampler.loads else 0.0, 2),
+        config=config,
+        node_models=counts,
+        jobs_succeeded=phases["Succeeded"],
+        jobs_failed=phases["Failed"],
+        jobs_unfinished=len(tracker.jobs) - phases["Succeeded"] - phases["Failed"],
+        phases_at_end=dict(phases),
+        failure_messages=sorted(set(failed))[:5],
+        wall_s=round(window_s, 1),
+        decisions=pooled.count,
+        decision_p50_s=pooled.p50_s,
+        decision_p95_s=pooled.p95_s,
+        decision_p99_s=pooled.p99_s,
+        decision_max_s=pooled.max_s,
+        transitions={k: latency_stats(v) for k, v in per_kind.items()},
+        api_requests=requests.total,
+        api_requests_per_job=round(requests.total / config.jobs, 1),
+        api_requests_per_s_mean=round(requests.mean_per_s, 1),
+        api_requests_per_s_peak=round(requests.peak_per_s, 1),
+        api_watches=requests.watches,
+        api_status_codes=requests.status_codes,
+        api_requests_top=dict(list(requests.by_verb_resource.items())[:12]),
+        operator_rss_mb=round((peak.peak_rss_bytes if peak else 0) / MIB, 1),
+        operator_rss_idle_mb=round((idle.rss_bytes if idle else 0) / MIB, 1),
+        operator_cpu_s=op.cpu_s,
+        operator_cpu_percent=op.cpu_percent,
+        control_plane={n: sampler.usage(n, window_s) for n in sampler.pids if n != "operator"},
+        node_list_mb=round(node_list_mb, 2),
+        objects_created=dict(tracker.counts),
+        bench_errors=errors[:10],
+    )

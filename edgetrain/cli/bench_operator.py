@@ -1,0 +1,138 @@
+"""`edgetrain bench operator`: the operator at fleet scale (kwok nodes, simulated pods)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from edgetrain.api.errors import BadInputError
+from edgetrain.cli.bench import app as bench_app
+from edgetrain.cli.common import exit_codes, stderr, stdout
+from edgetrain.workloads.progress import Reporter
+
+if TYPE_CHECKING:  # the bench imports the Kubernetes client: load it only when it runs
+    from edgetrain.bench.operator import OperatorBenchResult
+
+
+def _floats(text: str, option: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise BadInputError(f"{option}: expected comma-separated positive numbers, got {text!r}")
+    return values
+
+
+@bench_app.command("operator")
+def bench_operator(
+    jobs: Annotated[int, typer.Option(min=1, help="PowerAwareTrainingJobs created at once.")] = 100,
+    nodes: Annotated[int, typer.Option(min=1, help="kwok Jetson nodes (plus one GPU server).")
+                     ] = 1000,
+    boards: Annotated[
+        str | None, typer.Option(help="Comma-separated Jetson models the nodes are spread over"
+                                 " (default: nano, orin-nano, xavier-nx, agx-orin).")
+    ] = None,
+    power_limits: Annotated[
+        str, typer.Option(help="Power limits (W) the jobs cycle through; jobs of one limit"
+                          " share profiles.")
+    ] = "5,10,20",
+    work: Annotated[
+        float, typer.Option(min=0, help="Simulated seconds of every pod's work.")
+    ] = 1.0,
+    poll_interval: Annotated[
+        float | None, typer.Option(help="The operator's --poll-interval (default: its own).")
+    ] = None,
+    deadline: Annotated[
+        float, typer.Option(min=1, help="Give up on unfinished jobs after this many seconds.")
+    ] = 1800.0,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Keep the cluster's files (logs, audit log) here;"
+                                  " default: a temporary folder.")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Decision latency, API requests, memory and CPU of the real operator on a kwok fleet."""
+    from edgetrain.bench.operator import DEFAULT_BOARDS, OperatorBenchConfig, run_bench
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # unwind: stop the operator and the cluster it started
+
+    signal.signal(signal.SIGTERM, stop)
+
+    with exit_codes():
+        from edgetrain.cluster.boards import profile
+
+        text = ",".join(DEFAULT_BOARDS) if boards is None else boards
+        names = [b.strip() for b in text.split(",") if b.strip()]
+        for name in names:
+            try:
+                kind = profile(name).kind
+            except ValueError as exc:
+                raise BadInputError(f"--boards: {exc}") from None
+            if kind != "jetson":
+                raise BadInputError(f"--boards: {name!r} is not a Jetson board")
+        if not names:
+            raise BadInputError("--boards: name at least one Jetson board, e.g. nano,orin")
+        config = OperatorBenchConfig(
+            jobs=jobs, nodes=nodes, boards=names,
+            power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
+            deadline_s=deadline, poll_interval_s=poll_interval)
+        command = shlex.join(["edgetrain", *sys.argv[1:]])
+        with Reporter(stream=sys.stderr if json_output else None) as reporter:
+            result = run_bench(config, reporter, command=command, run_dir=run_dir)
+    if json_output:
+        typer.echo(result.model_dump_json())
+        return
+    stdout.print(result_table(result))
+    if result.bench_errors:
+        stderr.print("bench errors: " + "; ".join(result.bench_errors), markup=False)
+
+
+def _s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def result_table(result: OperatorBenchResult) -> Table:
+    """The run as a rich table."""
+    cfg = result.config
+    table = Table(title=f"operator: {cfg.jobs} jobs on {cfg.nodes} kwok nodes"
+                  f" ({result.machine})",
+                  caption=f"load average {result.load_average_before:.1f} before,"
+                  f" {result.load_average_during:.1f} during; pods' work simulated"
+                  f" ({cfg.work_s:g} s each)")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("jobs succeeded / failed / unfinished",
+         f"{result.jobs_succeeded} / {result.jobs_failed} / {result.jobs_unfinished}"),
+        ("wall time", f"{result.wall_s:.1f} s"),
+        ("decisions", str(result.decisions)),
+        ("decision latency p50 / p95 / p99 / max",
+         f"{_s(result.decision_p50_s)} / {_s(result.decision_p95_s)} /"
+         f" {_s(result.decision_p99_s)} / {_s(result.decision_max_s)} s"),
+    ]
+    for name, stats in result.transitions.items():
+        rows.append((f"  {name} (n={stats.count}, undecided {stats.undecided}) p50 / p95",
+                     f"{_s(stats.p50_s)} / {_s(stats.p95_s)} s"))
+    rows += [
+        ("API requests (per job)",
+         f"{result.api_requests:,} ({result.api_requests_per_job:.1f})"),
+        ("API requests/s mean / peak 10 s",
+         f"{result.api_requests_per_s_mean:.1f} / {result.api_requests_per_s_peak:.1f}"),
+        ("operator peak RSS", f"{result.operator_rss_mb:.0f} MiB"),
+        ("operator CPU", f"{result.operator_cpu_s:.1f} s ({result.operator_cpu_percent:.0f} %)"),
+    ]
+    for name, usage in result.control_plane.items():
+        rows.append((f"{name} CPU, peak RSS",
+                     f"{usage.cpu_s:.1f} s ({usage.cpu_percent:.0f} %), {usage.rss_mb:.0f} MiB"))
+    rows.append(("one node list", f"{result.node_list_mb:.1f} MiB"))
+    for what, value in rows:
+        table.add_row(what, value)
+    return table

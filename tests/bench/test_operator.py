@@ -1,0 +1,156 @@
+"""`edgetrain bench operator`: its pieces as tables, and a tiny run on a real control plane."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgetrain.api.keys import ANNOTATION_BENCH_DONE
+from edgetrain.bench.operator import JobTrack, decisions, latency_stats, node_counts
+from edgetrain.bench.operator_fleet import OPERATOR_USER, bench_stages, read_audit
+from edgetrain.bench.operator_worker import worker_args
+from tests.helpers import run_edgetrain
+
+UPSTREAM = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-ready}
+spec: {resourceRef: {apiGroup: v1, kind: Pod}, selector: {matchExpressions: []}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-complete}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .status.phase, operator: In, values: [Running]}
+  delay: {durationMilliseconds: 1000}
+  next: {statusTemplate: "phase: Succeeded"}
+"""
+
+
+def test_pod_complete_waits_for_the_bench() -> None:
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(bench_stages(UPSTREAM))}
+    complete = docs["pod-complete"]["spec"]
+    assert {"key": f'.metadata.annotations["{ANNOTATION_BENCH_DONE}"]',
+            "operator": "Exists"} in complete["selector"]["matchExpressions"]
+    assert "delay" not in complete
+    assert docs["pod-ready"]["spec"]["selector"] == {"matchExpressions": []}
+    with pytest.raises(RuntimeError, match="no pod-complete stage"):
+        bench_stages(UPSTREAM.split("---")[0])
+
+
+def test_worker_args_are_read_like_the_worker_reads_them() -> None:
+    args = worker_args(["worker", "--sa-dir", "/sa", "--publish", "cm", "--file", "a.json=/w/a",
+                        "--label", "k=v=w", "--progress", "p", "--", "edgetrain", "estimate",
+                        "--publish", "not-mine"])
+    assert (args.publish, args.files, args.labels, args.progress) == (
+        "cm", ("a.json",), {"k": "v=w"}, "p")
+
+
+@pytest.mark.parametrize(
+    ("track", "published", "expected"),
+    [
+        # The whole path: created at 0, efficiency at 10, profiles at 20 and 22, trained by 31.
+        (JobTrack(created=0.0, phase_seen={"EstimatingEfficiency": 1.5, "Profiling": 11.0,
+                                           "Training": 23.5, "Succeeded": 33.0},
+                  efficiency_cm="e", profile_cms=["p1", "p2"], estimate_jobs=[0.5],
+                  daemonsets=[10.4, 10.6], train_jobs=[23.0], train_done=31.0),
+         {"e": 10.0, "p1": 20.0, "p2": 22.0},
+         {"start": 0.5, "efficiency": 0.4, "profiles": 1.0, "training": 2.0}),
+        # Profiles from the cache, ready before the efficiency: no separate profile decision.
+        (JobTrack(created=0.0, phase_seen={"Training": 12.0}, efficiency_cm="e",
+                  profile_cms=["p1"], estimate_jobs=[0.2], train_jobs=[11.0]),
+         {"e": 10.0, "p1": 5.0}, {"start": 0.2, "efficiency": 1.0}),
+        # Stuck: the efficiency was published, the operator never acted.
+        (JobTrack(created=0.0, phase_seen={"EstimatingEfficiency": 1.0}, efficiency_cm="e",
+                  estimate_jobs=[0.3]),
+         {"e": 4.0}, {"start": 0.3, "efficiency": None}),
+        # Never created: nothing to measure.
+        (JobTrack(), {}, {}),
+    ],
+)
+def test_decision_latency_per_transition(
+    track: JobTrack, published: dict[str, float], expected: dict[str, float | None]
+) -> None:
+    got = decisions(track, published)
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == (None if value is None else pytest.approx(value)), key
+
+
+def test_latency_stats_and_node_counts() -> None:
+    stats = latency_stats([1.0, 2.0, None, 3.0])
+    assert (stats.count, stats.undecided, stats.p50_s, stats.max_s) == (3, 1, 2.0, 3.0)
+    assert latency_stats([None]).p95_s is None
+    assert node_counts(10, ["a", "b", "c"]) == {"a": 4, "b": 3, "c": 3}
+    assert node_counts(1, ["a", "b"]) == {"a": 1}
+
+
+def test_audit_counts_each_request_of_the_operator_once(tmp_path: Path) -> None:
+    def event(audit_id: str, verb: str, resource: str, stamp: str, user: str = OPERATOR_USER,
+              stage: str = "ResponseComplete", code: int = 200) -> str:
+        return json.dumps({"auditID": audit_id, "stage": stage, "verb": verb,
+                           "user": {"username": user}, "objectRef": {"resource": resource},
+                           "requestReceivedTimestamp": stamp, "responseStatus": {"code": code}})
+
+    lines = [
+        event("1", "list", "nodes", "2026-01-01T00:00:01.000000Z"),
+        event("2", "watch", "pods", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted"),
+        event("2", "watch", "pods", "2026-01-01T00:00:02.000000Z"),
+        event("3", "get", "configmaps", "2026-01-01T00:00:03.000000Z", code=404),
+        event("4", "list", "nodes", "2026-01-01T00:00:04.000000Z", user="admin"),
+        event("5", "list", "nodes", "2026-01-01T00:01:00.000000Z"),  # after the window
+        "{torn",
+    ]
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join(lines) + "\n")
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    got = read_audit(log, start, start + 10.0)
+    assert (got.total, got.watches) == (3, 1)
+    assert got.status_codes == {"200": 2, "404": 1}
+    assert got.by_verb_resource == {"list nodes": 1, "watch pods": 1, "get configmaps": 1}
+    assert got.mean_per_s == pytest.approx(0.3) and got.peak_per_s == pytest.approx(0.3)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
+    proc = run_edgetrain("bench", "operator", "--jobs", "3", "--nodes", "20", "--work", "0.2",
+                         "--poll-interval", "1", "--deadline", "240", "--json",
+                         "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert {"jobs_succeeded", "decision_p95_s", "operator_rss_mb", "api_requests_per_job",
+            "operator_cpu_s", "transitions", "control_plane"} <= set(result)
+    assert result["jobs_succeeded"] == 3, (result["phases_at_end"], result["failure_messages"],
+                                           result["bench_errors"])
+    assert result["bench_errors"] == []
+    assert result["node_models"] == {"jetson-nano": 5, "jetson-orin-nano": 5,
+                                     "jetson-xavier-nx": 5, "jetson-agx-orin": 5}
+    # Every job passed each measured transition, and the operator's requests were counted.
+    assert result["transitions"]["start"]["count"] == 3
+    assert result["transitions"]["training"]["count"] == 3
+    assert result["decisions"] >= 9 and result["decision_p95_s"] is not None
+    assert result["api_requests"] > 0 and result["operator_rss_mb"] > 0
+    assert result["objects_created"]["Job estimate"] == 3
+    assert result["objects_created"]["Job train"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--boards", "server"], "--boards: 'server' is not a Jetson board"),
+        (["--boards", "nano,tx9"], "--boards: unknown board 'tx9'"),
+        (["--power-limits", "5,x"], "--power-limits: expected comma-separated positive numbers"),
+    ],
+)
+def test_bad_options_exit_2_before_any_cluster(args: list[str], message: str) -> None:
+    proc = run_edgetrain("bench", "operator", *args, "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert proc.stdout == ""
