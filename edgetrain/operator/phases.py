@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgetrain.api.efficiency import EfficiencyVector
@@ -37,6 +38,27 @@ def matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
 
 
 @dataclass(frozen=True)
+class NodeInfo:
+    """What the operator needs of a Node: its name, labels, and whether pods may land on it."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    schedulable: bool
+
+    @classmethod
+    def of(cls, node: Obj) -> NodeInfo:
+        """From a Node object (the nodes index keeps only this)."""
+        labels = node["metadata"].get("labels") or {}
+        return cls(str(node["metadata"]["name"]), tuple(sorted(labels.items())),
+                   node_schedulable(node))
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        """The labels as a dict."""
+        return dict(self.labels)
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A device model among the nodes the job may run on, and its nodes (Ready, by name)."""
 
@@ -46,22 +68,22 @@ class Candidate:
 
 
 def candidates(
-    nodes: list[Obj], selector: dict[str, str], exclude: frozenset[str] = frozenset()
+    nodes: Sequence[NodeInfo], selector: dict[str, str], exclude: frozenset[str] = frozenset()
 ) -> list[Candidate]:
     """Group the Ready nodes matching `selector` by device model (sorted, deterministic)."""
-    groups: dict[str, list[Obj]] = {}
+    groups: dict[str, list[NodeInfo]] = {}
     for node in nodes:
-        labels = node["metadata"].get("labels", {}) or {}
-        if node["metadata"]["name"] in exclude or not node_schedulable(node):
+        labels = node.label_map
+        if node.name in exclude or not node.schedulable:
             continue
         if not matches(labels, selector) or LABEL_DEVICE_MODEL not in labels:
             continue
         groups.setdefault(labels[LABEL_DEVICE_MODEL], []).append(node)
     out = []
     for model in sorted(groups):
-        members = sorted(groups[model], key=lambda n: n["metadata"]["name"])
-        l4t = (members[0]["metadata"].get("labels") or {}).get(LABEL_L4T)
-        out.append(Candidate(model, l4t, tuple(n["metadata"]["name"] for n in members)))
+        members = sorted(groups[model], key=lambda n: n.name)
+        l4t = members[0].label_map.get(LABEL_L4T)
+        out.append(Candidate(model, l4t, tuple(n.name for n in members)))
     return out
 
 

@@ -38,6 +38,16 @@ class OperatorSettings(BaseModel):
     poll_interval_s: Annotated[float, Field(gt=0)] = Field(
         default=2.0, description="reconcile timer per running job"
     )
+    no_node_grace_s: Annotated[float, Field(ge=0)] = Field(
+        default=300.0,
+        description="how long a job waits for a Ready node matching its placement before it"
+        " fails (NoMatchingNode); bridges a node that is briefly NotReady",
+    )
+    unschedulable_grace_s: Annotated[float, Field(ge=0)] = Field(
+        default=600.0,
+        description="how long a worker pod may stay unschedulable before the job fails"
+        " (Unschedulable, with the scheduler's message)",
+    )
     checkpoint_dir: str = Field(
         default="/var/lib/edgetrain/checkpoints",
         description="root of training checkpoints, on storage every candidate node shares",
