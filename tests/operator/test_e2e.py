@@ -63,6 +63,7 @@ def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None
         "target 1.5": ({"targetAccuracy": 1.5}, "should be less than or equal to 1"),
         "duplicate batch sizes": ({"batchSizes": [16, 16]}, "Duplicate value"),
         "unknown strategy": ({"strategy": {"profiling": "guess"}}, "profiling"),
+        "unknown data set": ({"dataset": {"name": "cifar10"}}, "spec.dataset.name"),
     }
     for what, (spec, message) in bad.items():
         with pytest.raises(KubeApiError) as err:
@@ -74,12 +75,13 @@ def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None
 def test_bad_input_fails_at_pending_without_a_pod(
     kube: KubeClient, shared_ns: str, operator: OperatorProcess
 ) -> None:
-    """A data-set typo the API server cannot see fails the job at once: no estimate Job runs."""
-    name = _create(kube, shared_ns, job_manifest("typo", dataset={"name": "cifar10"}))
+    """A mismatch the API server cannot see (a text model on an image data set, each name valid
+    on its own) fails the job at once: no estimate Job runs."""
+    name = _create(kube, shared_ns, job_manifest("typo", model={"architecture": "charformer"}))
     obj = wait_phase(kube, shared_ns, name, DONE, 60, operator)
     status = obj["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "BadInput"), status
-    assert "'spec.dataset.name': unknown data set 'cifar10'" in status["message"]
+    assert "charformer is a text model but 'digits' is an image data set" in status["message"]
     assert any(c["type"] == "Failed" and c["reason"] == "BadInput" for c in status["conditions"])
     assert _jobs(kube, shared_ns, "estimate", name) == []
     events = kube.wait_for(api_path("v1", "events", shared_ns),
