@@ -44,6 +44,9 @@ from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.settings import OperatorSettings
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
 
+# Scheduler messages of a pod that waits for capacity that will free up (not a mismatch).
+QUEUEING = ("Insufficient ", "Too many pods")
+
 # --- the world -----------------------------------------------------------------------------
 
 
@@ -257,11 +260,16 @@ class _Step:
         return False
 
     def unschedulable(self, pods: list[Obj], what: str) -> bool:
-        """Fail the job if a pod of `what` has been unschedulable for longer than the grace."""
+        """Fail the job if a pod of `what` has found no node for longer than the grace. A pod
+        that waits for resources (busy GPUs, a full node) is queueing, not stuck: it waits."""
         for pod in pods:
             for cond in (pod.get("status") or {}).get("conditions") or []:
                 if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
                         and cond.get("reason") == "Unschedulable"):
+                    if any(q in str(cond.get("message", "")) for q in QUEUEING):
+                        self.status.message = (f"{what}: pod {pod['metadata']['name']} waits"
+                                               f" for resources: {cond.get('message', '')}")
+                        continue
                     since = _unix(cond.get("lastTransitionTime"))
                     if since is None or self.world.now_s - since < \
                             self.settings.unschedulable_grace_s:

@@ -72,11 +72,13 @@ def pod(job_name: str, exit_code: int | None = None, message: str = "",
             "status": {"containerStatuses": [{"state": state}]}}
 
 
-def unschedulable_pod(job_name: str, since: str) -> dict[str, Any]:
+def unschedulable_pod(job_name: str, since: str,
+                      why: str = "0/3 nodes are available: 3 node(s) didn't match Pod's node"
+                      " affinity/selector") -> dict[str, Any]:
     return {"metadata": {"name": f"{job_name}-pod", "labels": {"job-name": job_name}},
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "lastTransitionTime": since, "message": "0/3 nodes are available"}]}}
+                 "lastTransitionTime": since, "message": why}]}}
 
 
 def world(**kw: Any) -> dc.World:
@@ -211,7 +213,19 @@ ROWS = [
         world(jobs={"j-estimate-0": job("running")},
               pods=(unschedulable_pod("j-estimate-0", "1970-01-01T00:00:00Z"),)),
         Phase.failed, ["event Unschedulable"], "Unschedulable",
-        lambda d: "0/3 nodes are available" in d.status.message),
+        lambda d: "didn't match Pod's node affinity" in d.status.message),
+    Row("estimating: a pod that waits for a busy GPU is queueing: it waits",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")},
+              pods=(unschedulable_pod("j-estimate-0", "1970-01-01T00:00:00Z",
+                                      "0/3 nodes are available: 1 Insufficient nvidia.com/gpu,"
+                                      " 2 node(s) didn't match Pod's node affinity/selector"),)),
+        Phase.estimating, [], None, lambda d: "waits for resources" in d.status.message),
+    Row("estimating: unschedulable for less than the grace: wait",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")},
+              pods=(unschedulable_pod("j-estimate-0", "1970-01-12T13:40:00Z"),)),
+        Phase.estimating, []),
     Row("profiling: no matching node yet: wait, remembering since when",
         status(Phase.profiling, efficiency=EFF), world(nodes=(node("o1", "jetson-orin"),)),
         Phase.profiling, [], None,
