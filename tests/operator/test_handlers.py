@@ -46,7 +46,8 @@ def test_status_is_remembered_only_once_written_and_released_on_delete(
     """Against the real API server: a refused status write is logged and not remembered (the
     next tick starts from the stored status again); an accepted one is remembered until the job
     is deleted."""
-    rec = Reconciler(kube, load_settings({}))
+    # No node is a GPU server here, so the estimate Job this creates never runs.
+    rec = Reconciler(kube, load_settings({}, server_selector={"edgetrain.io/node-kind": "none"}))
     made = _job(kube, namespace, "memo", repo_root)
     uid = made["metadata"]["uid"]
     step = handlers.reconcile_and_write(rec, made, Indexes())
