@@ -59,11 +59,12 @@ def reconciler() -> Reconciler:
 
 
 class _QuietPolls(logging.Filter):
-    """Drop kopf's "Timer 'poll' succeeded." lines: one per job every poll interval would bury
-    the transitions in `kubectl logs`."""
+    """Drop kopf's "Timer 'poll' succeeded." and "Handler 'forget' succeeded." lines: one per job
+    every poll interval or status write would bury the transitions in `kubectl logs`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Timer 'poll' succeeded")
+        text = record.getMessage()
+        return not text.startswith(("Timer 'poll' succeeded", "Handler 'forget' succeeded"))
 
 
 logging.getLogger("kopf.objects").addFilter(_QuietPolls())
