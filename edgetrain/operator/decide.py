@@ -2,7 +2,7 @@
 
 `world` is a frozen snapshot of everything one step looks at (the relevant ConfigMaps' data, this
 job's Jobs, DaemonSets and pods, the candidate nodes, training load per node, the time); actions
-are data (create, delete, patch, post an Event). `reconcile.py` gathers the world from kopf
+are data (create, delete, patch, post an Event); both are defined in `world.py`. `reconcile.py` gathers the world from kopf
 indexes and per-job reads and carries the actions out, so every decision is unit-tested as a
 table without a cluster.
 
@@ -12,9 +12,8 @@ than split across modules that would share the same small context.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,113 +39,21 @@ from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import Obj, now_rfc3339
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
-from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.phases import apply_progress, infeasible_message, unix_seconds
 from edgetrain.operator.settings import OperatorSettings
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
+from edgetrain.operator.world import (
+    Action,
+    Create,
+    Decision,
+    Delete,
+    Patch,
+    PostEvent,
+    World,
+)
 
 # Scheduler messages of a pod that waits for capacity that will free up (not a mismatch).
 QUEUEING = ("Insufficient ", "Too many pods")
-
-# --- the world -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Producer:
-    """Another job's estimate Job or profiling DaemonSet that is still making a cache entry."""
-
-    owner: str  # the edgetrain.io/job label of the job that made it
-    what: str  # "job x" / "daemonset y", for the message
-
-
-@dataclass(frozen=True)
-class World:
-    """What one reconcile step sees. `job` is the PowerAwareTrainingJob's metadata wrapped as
-    `{"metadata": …}` (what the manifest builders take)."""
-
-    job: Obj
-    now_s: float
-    nodes: tuple[NodeInfo, ...] = ()
-    training_load: Mapping[str, int] = field(default_factory=dict)
-    configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    jobs: Mapping[str, Obj] = field(default_factory=dict)
-    daemonsets: Mapping[str, Obj] = field(default_factory=dict)
-    pods: tuple[Obj, ...] = ()
-    producers: Mapping[str, tuple[Producer, ...]] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The job's name."""
-        return str(self.job["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        """The job's namespace."""
-        return str(self.job["metadata"]["namespace"])
-
-    def node(self, name: str) -> NodeInfo | None:
-        """A node by name (None: gone)."""
-        return next((n for n in self.nodes if n.name == name), None)
-
-
-# --- actions -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Create:
-    """Create an object; "already exists" is success (names are deterministic)."""
-
-    api_version: str
-    plural: str
-    body: Obj
-
-
-@dataclass(frozen=True)
-class Delete:
-    """Delete an object (background propagation); "not found" is success."""
-
-    api_version: str
-    plural: str
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
-class Patch:
-    """Merge-patch an object; "not found" is success. `best_effort`: a refusal is only logged."""
-
-    api_version: str
-    plural: str
-    namespace: str
-    name: str
-    body: Obj
-    best_effort: bool = False
-
-
-@dataclass(frozen=True)
-class PostEvent:
-    """A Kubernetes Event on the job."""
-
-    type: str  # Normal | Warning
-    reason: str
-    message: str
-
-
-Action = Create | Delete | Patch | PostEvent
-
-
-@dataclass
-class Decision:
-    """The new status and what to do; `phase_changed` tells the caller to decide again at once
-    (with a fresh world) for transitions that need no waiting."""
-
-    status: PowerAwareTrainingJobStatus
-    actions: list[Action] = field(default_factory=list)
-
-    @property
-    def events(self) -> list[PostEvent]:
-        """The Events among the actions."""
-        return [a for a in self.actions if isinstance(a, PostEvent)]
-
 
 # --- entry points --------------------------------------------------------------------------
 
@@ -270,7 +177,7 @@ class _Step:
                         self.status.message = (f"{what}: pod {pod['metadata']['name']} waits"
                                                f" for resources: {cond.get('message', '')}")
                         continue
-                    since = _unix(cond.get("lastTransitionTime"))
+                    since = unix_seconds(cond.get("lastTransitionTime"))
                     if since is None or self.world.now_s - since < \
                             self.settings.unschedulable_grace_s:
                         continue
@@ -631,54 +538,3 @@ class _Step:
         # Progress on the dashboard is not worth failing a job: best effort.
         self.act(Patch("v1", "pods", self.ns, pod["metadata"]["name"],
                        {"metadata": {"annotations": want}}, best_effort=True))
-
-
-def apply_progress(training: TrainingStatus, event: TrainingEvent) -> None:
-    """Fold a progress or result line of the current segment into the totals."""
-    training.samples = training.carried_samples + event.samples
-    if event.accuracy is not None:
-        training.accuracy = event.accuracy
-    usage = event.usage
-    if usage is not None:
-        training.device_seconds = training.carried_device_seconds + usage.device_time_s
-        if usage.energy_j is not None:
-            training.energy_joules = training.carried_energy_joules + usage.energy_j
-        if usage.peak_power_w is not None:
-            training.peak_power_watts = max(training.peak_power_watts or 0.0, usage.peak_power_w)
-        training.simulated = usage.simulated
-    if event.device:
-        training.device = event.device
-    if event.precision:
-        training.precision = event.precision
-    if event.reached_target is not None:
-        training.reached_target = event.reached_target
-
-
-def infeasible_message(
-    spec: PowerAwareTrainingJobSpec, rows: Sequence[Any], luts: Mapping[str, list[ProfilePoint]]
-) -> str:
-    """Why no device model can run under the limit, and the limit that would let one."""
-    metric = spec.strategy.power_metric.value
-    lowest = min(
-        (p.peak_power_w if metric == "peak" else p.mean_power_w
-         for points in luts.values() for p in points),
-        default=math.nan,
-    )
-    errors = "; ".join(f"{r.device_model}: {r.error}" for r in rows if r.error)
-    if math.isnan(lowest) or not all("within the power limit" in (r.error or "")
-                                     for r in rows if r.error):
-        return errors
-    return (f"{errors}; raise spec.powerLimitWatts to at least {math.ceil(lowest * 100) / 100:g} W"
-            f" (the lowest profiled {metric} power), or choose other batch sizes")
-
-
-def _unix(stamp: object) -> float | None:
-    """RFC 3339 (metav1.Time) as unix seconds."""
-    import datetime as dt
-
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

@@ -25,10 +25,10 @@ from edgetrain.api.keys import (
     LABEL_PHASE,
 )
 from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
-from edgetrain.operator.decide import Producer
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
+from edgetrain.operator.world import Producer
 
 SETTINGS: OperatorSettings = load_settings()
 stats_log = logging.getLogger("edgetrain.operator.stats")

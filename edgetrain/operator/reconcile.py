@@ -21,6 +21,7 @@ from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_JOB, LABEL_L4T, LABEL_P
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
+from edgetrain.operator import world as wd
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.settings import OperatorSettings
 
@@ -39,8 +40,8 @@ class Indexes:
     training: IndexView[str] = field(default_factory=dict)  # node → unfinished training Jobs
     cache: IndexView[Mapping[str, str]] = field(default_factory=dict)  # (ns, ConfigMap) → data
     # (ns, cache key) → another job's estimate Job / profiling DaemonSet still making it
-    estimators: IndexView[dc.Producer] = field(default_factory=dict)
-    profilers: IndexView[dc.Producer] = field(default_factory=dict)
+    estimators: IndexView[wd.Producer] = field(default_factory=dict)
+    profilers: IndexView[wd.Producer] = field(default_factory=dict)
 
 
 def _values(index: IndexView[V], key: Any) -> list[V]:
@@ -67,7 +68,7 @@ class Step:
     """What one reconcile call decided: the status to write and the Events to post."""
 
     status: PowerAwareTrainingJobStatus
-    events: list[dc.PostEvent] = field(default_factory=list)
+    events: list[wd.PostEvent] = field(default_factory=list)
 
 
 class Reconciler:
@@ -80,7 +81,7 @@ class Reconciler:
     # --- gathering ---
 
     def world(self, patj: Obj, status: PowerAwareTrainingJobStatus,
-              spec: PowerAwareTrainingJobSpec | str, indexes: Indexes) -> dc.World:
+              spec: PowerAwareTrainingJobSpec | str, indexes: Indexes) -> wd.World:
         """Everything `decide` needs for the job's current phase, and nothing else."""
         meta = patj["metadata"]
         ns, name = meta["namespace"], meta["name"]
@@ -93,7 +94,7 @@ class Reconciler:
         elif phase is Phase.training and status.selection is not None:
             nodes = tuple(_values(indexes.nodes, status.selection.node))
         configmaps: dict[str, Mapping[str, str]] = {}
-        producers: dict[str, tuple[dc.Producer, ...]] = {}
+        producers: dict[str, tuple[wd.Producer, ...]] = {}
         jobs: dict[str, Obj] = {}
         daemonsets: dict[str, Obj] = {}
         pods: list[Obj] = []
@@ -144,7 +145,7 @@ class Reconciler:
                     jobs[training.job] = found
                     pods = list(self._list("v1", "pods", ns, f"job-name={training.job}")
                                 .values())
-        return dc.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
+        return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
                         pods=tuple(pods), producers=producers)
 
@@ -170,17 +171,17 @@ class Reconciler:
 
     # --- acting ---
 
-    def execute(self, actions: Iterable[dc.Action]) -> None:
+    def execute(self, actions: Iterable[wd.Action]) -> None:
         """Carry out the actions in order (Events are the caller's: kopf posts them)."""
         for action in actions:
-            if isinstance(action, dc.Create):
+            if isinstance(action, wd.Create):
                 ns = action.body["metadata"].get("namespace")
                 try:
                     self.kube.create(api_path(action.api_version, action.plural, ns), action.body)
                 except KubeApiError as exc:
                     if exc.code != 409:
                         raise
-            elif isinstance(action, dc.Delete):
+            elif isinstance(action, wd.Delete):
                 try:
                     self.kube.delete(api_path(action.api_version, action.plural,
                                               action.namespace, action.name),
@@ -188,7 +189,7 @@ class Reconciler:
                 except KubeApiError as exc:
                     if exc.code != 404:
                         raise
-            elif isinstance(action, dc.Patch):
+            elif isinstance(action, wd.Patch):
                 try:
                     self.kube.patch(api_path(action.api_version, action.plural,
                                              action.namespace, action.name), action.body, "merge")

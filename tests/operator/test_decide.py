@@ -24,6 +24,7 @@ from edgetrain.api.job_status import (
 from edgetrain.api.profile import format_profile_csv
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
+from edgetrain.operator import world as wd
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.settings import OperatorSettings
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
@@ -81,8 +82,8 @@ def unschedulable_pod(job_name: str, since: str,
                  "lastTransitionTime": since, "message": why}]}}
 
 
-def world(**kw: Any) -> dc.World:
-    return dc.World(job=JOB, now_s=NOW, **kw)
+def world(**kw: Any) -> wd.World:
+    return wd.World(job=JOB, now_s=NOW, **kw)
 
 
 def status(phase: Phase, **kw: Any) -> PowerAwareTrainingJobStatus:
@@ -108,15 +109,15 @@ def progress(samples: int, accuracy: float) -> dict[str, str]:
     return {PROGRESS_KEY: line}
 
 
-def kinds(d: dc.Decision) -> list[str]:
+def kinds(d: wd.Decision) -> list[str]:
     """Actions in a compact form: 'create jobs j-estimate-0', 'event Started', …"""
     out = []
     for a in d.actions:
-        if isinstance(a, dc.Create):
+        if isinstance(a, wd.Create):
             out.append(f"create {a.plural} {a.body['metadata']['name']}")
-        elif isinstance(a, dc.Delete):
+        elif isinstance(a, wd.Delete):
             out.append(f"delete {a.plural} {a.name}")
-        elif isinstance(a, dc.Patch):
+        elif isinstance(a, wd.Patch):
             out.append(f"patch {a.plural} {a.name}")
         else:
             out.append(f"event {a.reason}")
@@ -127,11 +128,11 @@ def kinds(d: dc.Decision) -> list[str]:
 class Row:
     name: str
     status: PowerAwareTrainingJobStatus
-    world: dc.World
+    world: wd.World
     phase: Phase
     actions: list[str]
     reason: str | None = None
-    check: Callable[[dc.Decision], bool] = lambda _d: True
+    check: Callable[[wd.Decision], bool] = lambda _d: True
     spec: PowerAwareTrainingJobSpec | str = field(default=SPEC)
     settings: OperatorSettings = SETTINGS
 
@@ -160,11 +161,11 @@ ROWS = [
         ["create jobs j-estimate-0", "event EstimateStarted"]),
     Row("estimating: another job makes the same vector: wait",
         status(Phase.estimating),
-        world(producers={EFF_KEY: (dc.Producer("other", "job other-estimate-0"),)}),
+        world(producers={EFF_KEY: (wd.Producer("other", "job other-estimate-0"),)}),
         Phase.estimating, [], None,
         lambda d: "waiting for job other-estimate-0" in d.status.message),
     Row("estimating: our own producer is no reason to wait",
-        status(Phase.estimating), world(producers={EFF_KEY: (dc.Producer("j", "job x"),)}),
+        status(Phase.estimating), world(producers={EFF_KEY: (wd.Producer("j", "job x"),)}),
         Phase.estimating, ["create jobs j-estimate-0", "event EstimateStarted"]),
     Row("estimating: a running estimate changes nothing",
         status(Phase.estimating, efficiency=EFF),
@@ -259,7 +260,7 @@ ROWS = [
     Row("profiling: another job profiles the same LUT: wait",
         status(Phase.profiling, efficiency=EFF),
         world(nodes=(node("n1"),),
-              producers={PROF_KEY: (dc.Producer("other", "daemonset other-profile"),)}),
+              producers={PROF_KEY: (wd.Producer("other", "daemonset other-profile"),)}),
         Phase.profiling, [], None, lambda d: "waiting for daemonset other" in d.status.message),
     Row("profiling: restarts past the limit fail the job and remove the DaemonSet",
         status(Phase.profiling, efficiency=EFF),

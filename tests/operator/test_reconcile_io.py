@@ -9,7 +9,7 @@ import pytest
 
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, TrainingStatus
 from edgetrain.cluster import KubeClient
-from edgetrain.operator import decide as dc
+from edgetrain.operator import world as wd
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
@@ -47,7 +47,7 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
                          "generation": 1}}
     indexes = Indexes(nodes={"n1": [node("n1")], "n2": [node("n2")]},
                       training={"n1": ["other/x-train-1"]},
-                      estimators={(namespace, "k"): [dc.Producer("o", "job o")]})
+                      estimators={(namespace, "k"): [wd.Producer("o", "job o")]})
     world = rec.world(patj, STATUSES[phase], SPEC, indexes)
     assert client.sent, "each phase reads at least its own objects or a cache entry"
     for method, path in client.sent:

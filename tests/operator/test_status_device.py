@@ -6,7 +6,7 @@ import json
 
 from edgetrain.api.job_status import PowerAwareTrainingJobStatus, TrainingStatus
 from edgetrain.api.training import TrainingEvent
-from edgetrain.operator.decide import apply_progress
+from edgetrain.operator.phases import apply_progress
 
 
 def event(**fields: object) -> TrainingEvent:
