@@ -2,12 +2,11 @@
 
 `world` is a frozen snapshot of everything one step looks at (the relevant ConfigMaps' data, this
 job's Jobs, DaemonSets and pods, the candidate nodes, training load per node, the time); actions
-are data (create, delete, patch, post an Event); both are defined in `world.py`. `reconcile.py` gathers the world from kopf
-indexes and per-job reads and carries the actions out, so every decision is unit-tested as a
-table without a cluster.
+are data (create, delete, patch, post an Event); both are defined in `world.py`. `reconcile.py`
+gathers the world from kopf indexes and per-job reads and carries the actions out, so every
+decision is unit-tested as a table without a cluster.
 
-Over 500 lines only because each phase's decisions are spelled out here, in one place, rather
-than split across modules that would share the same small context.
+Slightly over 500 lines because each phase's decisions are spelled out here, in one place.
 """
 
 from __future__ import annotations
