@@ -25,6 +25,7 @@ from edgetrain.api.keys import (
     LABEL_PHASE,
 )
 from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
+from edgetrain.operator import manifests as mf
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
@@ -99,6 +100,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="edgetrain.io", key="last-handled-configuration"
     )
+    # Server-side filters of the index watches: only the operator's own objects and the Jetson
+    # nodes travel to the operator (the handlers' label filters narrow them further).
+    managed = f"{mf.LABEL_MANAGED}={mf.MANAGER}"
+    settings.watching.label_selectors["configmaps"] = LABEL_CACHE
+    settings.watching.label_selectors["nodes"] = LABEL_DEVICE_MODEL
+    settings.watching.label_selectors["jobs"] = managed
+    settings.watching.label_selectors["daemonsets"] = managed
     if SETTINGS.peering:
         settings.peering.name = SETTINGS.peering
         settings.peering.mandatory = True
