@@ -39,8 +39,8 @@ class _Spec(BaseModel):
 
 
 # Names are plain strings to the model (`edgetrain run` reports an unknown one with the known
-# list, pipeline/validate.py) and enums to the API server (the CRD), so `kubectl apply` refuses
-# a typo before the operator sees it.
+# list, pipeline/validate.py) and enums or patterns to the API server (the CRD), so
+# `kubectl apply` refuses a typo before the operator sees it.
 def _one_of(names: tuple[str, ...]) -> dict[str, JsonValue]:
     return {"enum": list(names)}
 
@@ -57,7 +57,10 @@ class ModelSpec(_Spec):
 
     architecture: str = Field(min_length=1, json_schema_extra=_one_of(MODEL_ARCHITECTURES))
     weights: str | None = Field(
-        default=None, description="path to a weights file", pattern=FILE_PATTERN, max_length=1024
+        default=None,
+        description="path to a weights file",
+        max_length=1024,
+        json_schema_extra={"pattern": FILE_PATTERN},
     )
     pretrain: PretrainSpecRef | None = None
 
@@ -78,7 +81,7 @@ class PlacementSpec(_Spec):
     ] = Field(default_factory=dict, description="node labels (key: value) every node must carry")
     device: str = Field(
         default="sim:jetson-nano",
-        pattern=DEVICE_PATTERN,
+        json_schema_extra={"pattern": DEVICE_PATTERN},
         description="standalone runs: 'sim:<board>' for a device twin, or 'local' for this"
         " machine's /sys (a Jetson)",
     )
