@@ -56,6 +56,8 @@ def _openapi(node: Any, defs: dict[str, Any]) -> Any:
             if merged.get("default", 0) is None:
                 del merged["default"]
         return merged
+    if "patternProperties" in node:
+        return _openapi(_map_keys_by_cel(node), defs)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP and not (key == "additionalProperties" and isinstance(value, dict)):
@@ -77,6 +79,20 @@ def _openapi(node: Any, defs: dict[str, Any]) -> Any:
     if "default" in out and out["default"] is None:
         del out["default"]
     return out
+
+
+def _map_keys_by_cel(node: dict[str, Any]) -> dict[str, Any]:
+    """A map with a key pattern: structural schemas have no `patternProperties`, so the value
+    schema becomes `additionalProperties` and the key pattern a CEL rule."""
+    rest = {k: v for k, v in node.items() if k not in ("patternProperties", "propertyNames")}
+    ((pattern, value),) = node["patternProperties"].items()
+    longest = int((node.get("propertyNames") or {}).get("maxLength", 317))
+    rule = {
+        "rule": f"self.all(k, size(k) <= {longest} && k.matches(r'{pattern}'))",
+        "message": f"every key must be a label key (at most {longest} characters, {pattern})",
+        "reason": "FieldValueInvalid",
+    }
+    return {**rest, "additionalProperties": value, "x-kubernetes-validations": [rule]}
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -9,10 +9,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from edgetrain.api.errors import InputError, read_input_text
+from edgetrain.api.names import (
+    DATASET_NAMES,
+    DEVICE_PATTERN,
+    FILE_PATTERN,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_MAX,
+    LABEL_VALUE_PATTERN,
+    MODEL_ARCHITECTURES,
+    PROFILING_STRATEGIES,
+)
 from edgetrain.api.plan import Objective, PowerMetric
 from edgetrain.api.training import ComputeSpec, OptimizerSpec, Precision
 
@@ -28,34 +38,50 @@ class _Spec(BaseModel):
     )
 
 
+# Names are plain strings to the model (`edgetrain run` reports an unknown one with the known
+# list, pipeline/validate.py) and enums or patterns to the API server (the CRD), so
+# `kubectl apply` refuses a typo before the operator sees it.
+def _one_of(names: tuple[str, ...]) -> dict[str, JsonValue]:
+    return {"enum": list(names)}
+
+
 class PretrainSpecRef(_Spec):
     """Make starting weights with `edgetrain pretrain` when no weights file is given."""
 
-    dataset: str
+    dataset: str = Field(json_schema_extra=_one_of(DATASET_NAMES))
     samples: Annotated[int, Field(gt=0)] = 20_000
 
 
 class ModelSpec(_Spec):
     """The network to fine-tune."""
 
-    architecture: str = Field(min_length=1)
-    weights: str | None = Field(default=None, description="path to a weights file")
+    architecture: str = Field(min_length=1, json_schema_extra=_one_of(MODEL_ARCHITECTURES))
+    weights: str | None = Field(
+        default=None,
+        description="path to a weights file",
+        max_length=1024,
+        json_schema_extra={"pattern": FILE_PATTERN},
+    )
     pretrain: PretrainSpecRef | None = None
 
 
 class DatasetSpec(_Spec):
     """A data set by name (offline sets: see docs/workloads.md), optionally a fixed subset."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, json_schema_extra=_one_of(DATASET_NAMES))
     limit: Annotated[int, Field(gt=0)] | None = None
 
 
 class PlacementSpec(_Spec):
     """Where to run: node labels in a cluster; `device` for a standalone run."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[
+        Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)],
+        Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=LABEL_VALUE_MAX)],
+    ] = Field(default_factory=dict, description="node labels (key: value) every node must carry")
     device: str = Field(
         default="sim:jetson-nano",
+        json_schema_extra={"pattern": DEVICE_PATTERN},
         description="standalone runs: 'sim:<board>' for a device twin, or 'local' for this"
         " machine's /sys (a Jetson)",
     )
@@ -64,7 +90,11 @@ class PlacementSpec(_Spec):
 class StrategySpec(_Spec):
     """How to profile and what to minimise."""
 
-    profiling: str = Field(default="frontier", pattern="^(frontier|full|predicted)$")
+    profiling: str = Field(
+        default="frontier",
+        pattern="^(" + "|".join(PROFILING_STRATEGIES) + ")$",
+        json_schema_extra=_one_of(PROFILING_STRATEGIES),
+    )
     objective: Objective = Objective.time
     power_metric: PowerMetric = PowerMetric.peak
 

@@ -158,6 +158,9 @@ class PhaseAttempts(_Status):
     profile: int = 0
     train: int = 0
     next_retry_at: float | None = Field(default=None, description="unix seconds")
+    waiting_for_node_since: float | None = Field(
+        default=None, description="unix seconds since no Ready node matched the placement"
+    )
 
 
 class PowerAwareTrainingJobStatus(_Status):

@@ -15,18 +15,31 @@ from typing import Any
 import kopf
 
 from edgetrain.api.crd import GROUP, PLURAL, VERSION
+from edgetrain.api.job import API_VERSION
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
-from edgetrain.kube import KubeClient, load_configuration
-from edgetrain.operator.reconcile import Reconciler
+from edgetrain.api.keys import (
+    LABEL_CACHE,
+    LABEL_CACHE_KEY,
+    LABEL_DEVICE_MODEL,
+    LABEL_JOB,
+    LABEL_PHASE,
+)
+from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
+from edgetrain.operator import manifests as mf
+from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
+from edgetrain.operator.world import Producer
 
 SETTINGS: OperatorSettings = load_settings()
 stats_log = logging.getLogger("edgetrain.operator.stats")
+log = logging.getLogger("edgetrain.operator")
 _lock = threading.Lock()
 _reconciler: Reconciler | None = None
-# uid → (the status a reconcile started from, the status it wrote). A timer can fire on a body
-# that does not show our last status patch yet; reconciling that stale body again would repeat
-# transitions, so a body still showing the old status is read as showing the new one.
+# uid → (the status a reconcile started from, the status the API server accepted). A timer can
+# fire on a body that does not show our last status patch yet; reconciling that stale body again
+# would repeat transitions, so a body still showing the old status is read as showing the new
+# one. Recorded only after the write succeeded; released when the job is final or deleted.
 _written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 # kopf runs timers beside the change handlers: one reconcile per job at a time.
 _job_locks: dict[str, threading.Lock] = {}
@@ -47,11 +60,12 @@ def reconciler() -> Reconciler:
 
 
 class _QuietPolls(logging.Filter):
-    """Drop kopf's "Timer 'poll' succeeded." lines: one per job every poll interval would bury
-    the transitions in `kubectl logs`."""
+    """Drop kopf's "Timer 'poll' succeeded." and "Handler 'forget' succeeded." lines: one per job
+    every poll interval or status write would bury the transitions in `kubectl logs`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Timer 'poll' succeeded")
+        text = record.getMessage()
+        return not text.startswith(("Timer 'poll' succeeded", "Handler 'forget' succeeded"))
 
 
 logging.getLogger("kopf.objects").addFilter(_QuietPolls())
@@ -86,40 +100,88 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="edgetrain.io", key="last-handled-configuration"
     )
+    # Server-side filters of the index watches: only the operator's own objects and the Jetson
+    # nodes travel to the operator (the handlers' label filters narrow them further).
+    managed = f"{mf.LABEL_MANAGED}={mf.MANAGER}"
+    settings.watching.label_selectors["configmaps"] = LABEL_CACHE
+    settings.watching.label_selectors["nodes"] = LABEL_DEVICE_MODEL
+    settings.watching.label_selectors["jobs"] = managed
+    settings.watching.label_selectors["daemonsets"] = managed
     if SETTINGS.peering:
         settings.peering.name = SETTINGS.peering
         settings.peering.mandatory = True
 
 
-def _run(body: kopf.Body, patch: kopf.Patch) -> None:
+def _indexes(kwargs: dict[str, Any]) -> Indexes:
+    """The kopf indexes among a handler's kwargs (kopf names them after their functions)."""
+    return Indexes(
+        nodes=kwargs.get("edgetrain_nodes", {}),
+        training=kwargs.get("edgetrain_training", {}),
+        cache=kwargs.get("edgetrain_cache", {}),
+        estimators=kwargs.get("edgetrain_estimators", {}),
+        profilers=kwargs.get("edgetrain_profilers", {}),
+    )
+
+
+def write_status(client: KubeClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+    """Merge-patch the status subresource; False (logged) when the API server refuses it. The
+    caller then remembers nothing, so the next tick reconciles from the stored status again."""
+    path = api_path(API_VERSION, PLURAL, namespace, name, "status")
+    try:
+        client.patch(path, {"status": patch}, "merge")
+        return True
+    except KubeApiError as exc:
+        log.warning("%s/%s: status not written (HTTP %s: %s); retrying on the next tick",
+                    namespace, name, exc.code, fit_string(str(exc), 500))
+        return False
+
+
+def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) -> Step:
+    """One reconcile of the job in `obj` and its status write; remembers what was written only
+    once the API server accepted it."""
+    meta = obj["metadata"]
+    ns, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
+    with _job_lock(uid):
+        memo = _written.get(uid)
+        if memo is not None and _ours(obj.get("status") or {}) == memo[0]:
+            obj = {**obj, "status": memo[1]}
+        before = _ours(obj.get("status") or {})
+        step = rec.reconcile(obj, indexes)
+        new = step.status.wire()  # no nulls: what the API server will store
+        changed = merge_diff(before, new)
+        if changed and write_status(rec.kube, ns, name, changed):
+            _written[uid] = (before, new)
+    return step
+
+
+def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
     started = time.perf_counter()
     obj = {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
     obj["metadata"]["namespace"] = body.metadata.namespace
-    uid = str(body.metadata.uid)
-    with _job_lock(uid):
-        memo = _written.get(uid)
-        if memo is not None and _ours(obj["status"]) == memo[0]:
-            obj["status"] = memo[1]
-        before = _ours(obj["status"])
-        step = reconciler().reconcile(obj)
-        new = step.status.wire()  # no nulls: what the API server will store
-        changed = merge_diff(before, new)
-        for key, value in changed.items():
-            patch.status[key] = value
-        if changed:
-            _written[uid] = (before, new)
-    for kind, reason, message in step.events:
+    ns, name = body.metadata.namespace, body.metadata.name
+    step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
+    for event in step.events:
         # Events take at most 1024 characters; fit_string keeps the end (the last lines).
-        kopf.event(body, type=kind, reason=reason, message=fit_string(message, 1000))
-        if kind == "Warning":
-            logging.getLogger("edgetrain.operator").warning("%s/%s %s: %s",
-                body.metadata.namespace, body.metadata.name, reason, message)
-        else:
-            logging.getLogger("edgetrain.operator").info("%s/%s %s: %s",
-                body.metadata.namespace, body.metadata.name, reason, message)
+        kopf.event(body, type=event.type, reason=event.reason,
+                   message=fit_string(event.message, 1000))
+        level = logging.WARNING if event.type == "Warning" else logging.INFO
+        log.log(level, "%s/%s %s: %s", ns, name, event.reason, event.message)
     elapsed = time.perf_counter() - started
-    stats_log.debug("reconcile %s/%s phase=%s %.1f ms", body.metadata.namespace,
-                    body.metadata.name, step.status.phase.value, elapsed * 1000)
+    stats_log.debug("reconcile %s/%s phase=%s %.1f ms (memory for %d jobs)", ns, name,
+                    step.status.phase.value, elapsed * 1000, memory_size())
+
+
+def forget(uid: str) -> None:
+    """Release what the operator keeps per job (its status memo and its lock)."""
+    with _lock:
+        _written.pop(uid, None)
+        _job_locks.pop(uid, None)
+
+
+def memory_size() -> int:
+    """Jobs the operator keeps memory for (tests, and the stats log)."""
+    with _lock:
+        return len(_written.keys() | _job_locks.keys())
 
 
 def merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -155,35 +217,102 @@ def _final(body: kopf.Body) -> bool:
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="create", backoff=SETTINGS.poll_interval_s)
-def on_create(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def on_create(body: kopf.Body, **kwargs: Any) -> None:
     """A new job: start it (Pending → EstimatingEfficiency)."""
-    _run(body, patch)
+    _run(body, kwargs)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", backoff=SETTINGS.poll_interval_s)
-def on_resume(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def on_resume(body: kopf.Body, **kwargs: Any) -> None:
     """The operator restarted: pick up where the status says."""
     if not _final(body):
-        _run(body, patch)
+        _run(body, kwargs)
 
 
 @kopf.on.update(
     GROUP, VERSION, PLURAL, field="spec.powerLimitWatts", id="power-limit",
     backoff=SETTINGS.poll_interval_s,
 )
-def on_power_limit(body: kopf.Body, patch: kopf.Patch, old: Any, new: Any, **_: Any) -> None:
+def on_power_limit(body: kopf.Body, old: Any, new: Any, **kwargs: Any) -> None:
     """The power limit changed: a training job re-plans at once."""
-    logging.getLogger("edgetrain.operator").info(
-        "%s/%s power limit %s → %s W", body.metadata.namespace, body.metadata.name, old, new)
+    log.info("%s/%s power limit %s → %s W", body.metadata.namespace, body.metadata.name, old, new)
     if not _final(body):
-        _run(body, patch)
+        _run(body, kwargs)
 
 
 @kopf.timer(
     GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, sharp=False, id="poll",
     when=lambda body, **_: not _final(body),
 )
-def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """Poll the Jobs, DaemonSets, ConfigMaps and Nodes a running job depends on."""
+def on_timer(body: kopf.Body, **kwargs: Any) -> None:
+    """Poll the job's own Jobs, DaemonSets and pods; the rest comes from the indexes."""
     if not _final(body):
-        _run(body, patch)
+        _run(body, kwargs)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
+def on_event(type: str, body: kopf.Body, **_: Any) -> None:
+    """A deleted or finished job needs no memory any more: release it (an operator watching a
+    fleet for months must not grow with every job it ever saw)."""
+    if type == "DELETED" or _final(body):
+        forget(str(body.metadata.uid))
+
+
+# --- indexes: the cluster-wide facts a reconcile reads, kept current by watches ---------------
+
+
+def _done(body: kopf.Body) -> bool:
+    st = body.get("status") or {}
+    return bool(st.get("succeeded") or st.get("failed") or body.metadata.get("deletionTimestamp"))
+
+
+@kopf.index("nodes", labels={LABEL_DEVICE_MODEL: kopf.PRESENT})
+async def edgetrain_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeInfo]:
+    """Jetson nodes by name: labels and whether pods may land on them."""
+    return {name: NodeInfo.of(body)}  # type: ignore[arg-type]
+
+
+@kopf.index("batch", "v1", "jobs", labels={LABEL_PHASE: "train"})
+async def edgetrain_training(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[str, str]:
+    """Unfinished training Jobs by the node they are pinned to (Jobs exist before their pods
+    are scheduled, so a Job counts from its creation)."""
+    if _done(body):
+        return {}
+    pod = body.get("spec", {}).get("template", {}).get("spec", {})
+    node = (pod.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+    return {node: f"{namespace}/{name}"} if node else {}
+
+
+@kopf.index("configmaps", labels={LABEL_CACHE: kopf.PRESENT})
+async def edgetrain_cache(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[tuple[str, str], dict[str, str]]:
+    """Cache ConfigMaps (efficiency vectors, profiles) by (namespace, name): their data."""
+    return {(namespace or "", name): dict(body.get("data") or {})}
+
+
+def _producer(body: kopf.Body, namespace: str | None, name: str, what: str,
+              ) -> dict[tuple[str, str], Producer]:
+    if _done(body):
+        return {}
+    labels = body.metadata.labels
+    return {(namespace or "", labels[LABEL_CACHE_KEY]): Producer(labels.get(LABEL_JOB, ""),
+                                                          f"{what} {name}")}
+
+
+@kopf.index("batch", "v1", "jobs", labels={LABEL_CACHE_KEY: kopf.PRESENT})
+async def edgetrain_estimators(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[tuple[str, str], Producer]:
+    """Estimate Jobs still running, by (namespace, cache key)."""
+    return _producer(body, namespace, name, "job")
+
+
+@kopf.index("apps", "v1", "daemonsets", labels={LABEL_CACHE_KEY: kopf.PRESENT})
+async def edgetrain_profilers(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[tuple[str, str], Producer]:
+    """Profiling DaemonSets, by (namespace, cache key)."""
+    return _producer(body, namespace, name, "daemonset")

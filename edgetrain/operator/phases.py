@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.job import PowerAwareTrainingJobSpec
@@ -14,10 +16,12 @@ from edgetrain.api.job_status import (
     PlanPointStatus,
     PowerAwareTrainingJobStatus,
     ProfileStatus,
+    TrainingStatus,
 )
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
+from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import Obj, node_schedulable, now_rfc3339
 from edgetrain.pipeline.validate import job_problems
 from edgetrain.planner import Lut
@@ -37,6 +41,27 @@ def matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
 
 
 @dataclass(frozen=True)
+class NodeInfo:
+    """What the operator needs of a Node: its name, labels, and whether pods may land on it."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    schedulable: bool
+
+    @classmethod
+    def of(cls, node: Obj) -> NodeInfo:
+        """From a Node object (the nodes index keeps only this)."""
+        labels = node["metadata"].get("labels") or {}
+        return cls(str(node["metadata"]["name"]), tuple(sorted(labels.items())),
+                   node_schedulable(node))
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        """The labels as a dict."""
+        return dict(self.labels)
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A device model among the nodes the job may run on, and its nodes (Ready, by name)."""
 
@@ -46,22 +71,22 @@ class Candidate:
 
 
 def candidates(
-    nodes: list[Obj], selector: dict[str, str], exclude: frozenset[str] = frozenset()
+    nodes: Sequence[NodeInfo], selector: dict[str, str], exclude: frozenset[str] = frozenset()
 ) -> list[Candidate]:
     """Group the Ready nodes matching `selector` by device model (sorted, deterministic)."""
-    groups: dict[str, list[Obj]] = {}
+    groups: dict[str, list[NodeInfo]] = {}
     for node in nodes:
-        labels = node["metadata"].get("labels", {}) or {}
-        if node["metadata"]["name"] in exclude or not node_schedulable(node):
+        labels = node.label_map
+        if node.name in exclude or not node.schedulable:
             continue
         if not matches(labels, selector) or LABEL_DEVICE_MODEL not in labels:
             continue
         groups.setdefault(labels[LABEL_DEVICE_MODEL], []).append(node)
     out = []
     for model in sorted(groups):
-        members = sorted(groups[model], key=lambda n: n["metadata"]["name"])
-        l4t = (members[0]["metadata"].get("labels") or {}).get(LABEL_L4T)
-        out.append(Candidate(model, l4t, tuple(n["metadata"]["name"] for n in members)))
+        members = sorted(groups[model], key=lambda n: n.name)
+        l4t = members[0].label_map.get(LABEL_L4T)
+        out.append(Candidate(model, l4t, tuple(n.name for n in members)))
     return out
 
 
@@ -282,3 +307,57 @@ def transition(
         set_condition(status, "Ready", False, reason, message)
         status.finished_at = now_rfc3339()
     return ("Warning" if to is Phase.failed else "Normal", reason, f"{before} → {to}: {message}")
+
+
+# --- training progress and messages --------------------------------------------------------
+
+
+def apply_progress(training: TrainingStatus, event: TrainingEvent) -> None:
+    """Fold a progress or result line of the current segment into the totals."""
+    training.samples = training.carried_samples + event.samples
+    if event.accuracy is not None:
+        training.accuracy = event.accuracy
+    usage = event.usage
+    if usage is not None:
+        training.device_seconds = training.carried_device_seconds + usage.device_time_s
+        if usage.energy_j is not None:
+            training.energy_joules = training.carried_energy_joules + usage.energy_j
+        if usage.peak_power_w is not None:
+            training.peak_power_watts = max(training.peak_power_watts or 0.0, usage.peak_power_w)
+        training.simulated = usage.simulated
+    if event.device:
+        training.device = event.device
+    if event.precision:
+        training.precision = event.precision
+    if event.reached_target is not None:
+        training.reached_target = event.reached_target
+
+
+def infeasible_message(
+    spec: PowerAwareTrainingJobSpec, rows: Sequence[Any], luts: Mapping[str, list[ProfilePoint]]
+) -> str:
+    """Why no device model can run under the limit, and the limit that would let one."""
+    metric = spec.strategy.power_metric.value
+    lowest = min(
+        (p.peak_power_w if metric == "peak" else p.mean_power_w
+         for points in luts.values() for p in points),
+        default=math.nan,
+    )
+    errors = "; ".join(f"{r.device_model}: {r.error}" for r in rows if r.error)
+    if math.isnan(lowest) or not all("within the power limit" in (r.error or "")
+                                     for r in rows if r.error):
+        return errors
+    return (f"{errors}; raise spec.powerLimitWatts to at least {math.ceil(lowest * 100) / 100:g} W"
+            f" (the lowest profiled {metric} power), or choose other batch sizes")
+
+
+def unix_seconds(stamp: object) -> float | None:
+    """RFC 3339 (metav1.Time) as unix seconds."""
+    import datetime as dt
+
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
+from edgetrain.api.names import DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
 
 ENV_PREFIX = "EDGETRAIN_OPERATOR_"
 
@@ -20,7 +21,8 @@ class OperatorSettings(BaseModel):
     namespaces: list[str] = Field(
         default_factory=list, description="namespaces to watch; empty: all namespaces"
     )
-    image: str = Field(default="edgetrain:latest", description="image of every worker pod")
+    image: str = Field(default="edgetrain:latest", pattern=IMAGE_PATTERN,
+                       description="image of every worker pod")
     server_selector: dict[str, str] = Field(
         default_factory=lambda: {LABEL_NODE_KIND: NODE_KIND_SERVER},
         description="node labels of the GPU server that runs proxy estimation",
@@ -38,12 +40,23 @@ class OperatorSettings(BaseModel):
     poll_interval_s: Annotated[float, Field(gt=0)] = Field(
         default=2.0, description="reconcile timer per running job"
     )
+    no_node_grace_s: Annotated[float, Field(ge=0)] = Field(
+        default=300.0,
+        description="how long a job waits for a Ready node matching its placement before it"
+        " fails (NoMatchingNode); bridges a node that is briefly NotReady",
+    )
+    unschedulable_grace_s: Annotated[float, Field(ge=0)] = Field(
+        default=600.0,
+        description="how long a worker pod may stay unschedulable before the job fails"
+        " (Unschedulable, with the scheduler's message)",
+    )
     checkpoint_dir: str = Field(
         default="/var/lib/edgetrain/checkpoints",
         description="root of training checkpoints, on storage every candidate node shares",
     )
     checkpoint_pvc: str | None = Field(
         default=None,
+        pattern=DNS_SUBDOMAIN_PATTERN,
         description="a ReadWriteMany PVC mounted at checkpoint_dir in training pods; none: the"
         " path is already shared (virtual nodes share the host filesystem)",
     )
@@ -55,7 +68,7 @@ class OperatorSettings(BaseModel):
         default=False,
         description="honour the edgetrain.io/inject-failures annotation (tests only)",
     )
-    worker_service_account: str = "edgetrain-worker"
+    worker_service_account: str = Field(default="edgetrain-worker", pattern=DNS_SUBDOMAIN_PATTERN)
     peering: str | None = Field(
         default=None, description="kopf peering name (one active replica); none: standalone"
     )
@@ -79,6 +92,7 @@ class OperatorSettings(BaseModel):
     )
     jetson_runtime_class: str | None = Field(
         default=None,
+        pattern=DNS_SUBDOMAIN_PATTERN,
         description="runtimeClassName of profile and train pods (e.g. nvidia, the NVIDIA"
         " container runtime); none: the node's default runtime",
     )

@@ -89,6 +89,8 @@ def operator(
         "EDGETRAIN_OPERATOR_FAULT_INJECTION": "true",
         "EDGETRAIN_OPERATOR_CHECKPOINT_DIR": str(work / "checkpoints"),
         "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
+        # A job whose placement matches no Ready node fails after this (300 s by default).
+        "EDGETRAIN_OPERATOR_NO_NODE_GRACE_S": "5",
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(

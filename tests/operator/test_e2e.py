@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from edgetrain.api import EfficiencyVector
+from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.cluster import KubeApiError, KubeClient, VNodeAgent, api_path, node_specs
+from edgetrain.operator import manifests as mf
 from tests.operator.conftest import OperatorProcess, job_manifest, patj_path, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -63,6 +66,7 @@ def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None
         "target 1.5": ({"targetAccuracy": 1.5}, "should be less than or equal to 1"),
         "duplicate batch sizes": ({"batchSizes": [16, 16]}, "Duplicate value"),
         "unknown strategy": ({"strategy": {"profiling": "guess"}}, "profiling"),
+        "unknown data set": ({"dataset": {"name": "cifar10"}}, "spec.dataset.name"),
     }
     for what, (spec, message) in bad.items():
         with pytest.raises(KubeApiError) as err:
@@ -74,12 +78,13 @@ def test_invalid_specs_are_rejected(kube: KubeClient, namespace: str, crds: None
 def test_bad_input_fails_at_pending_without_a_pod(
     kube: KubeClient, shared_ns: str, operator: OperatorProcess
 ) -> None:
-    """A data-set typo the API server cannot see fails the job at once: no estimate Job runs."""
-    name = _create(kube, shared_ns, job_manifest("typo", dataset={"name": "cifar10"}))
+    """A mismatch the API server cannot see (a text model on an image data set, each name valid
+    on its own) fails the job at once: no estimate Job runs."""
+    name = _create(kube, shared_ns, job_manifest("typo", model={"architecture": "charformer"}))
     obj = wait_phase(kube, shared_ns, name, DONE, 60, operator)
     status = obj["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "BadInput"), status
-    assert "'spec.dataset.name': unknown data set 'cifar10'" in status["message"]
+    assert "charformer is a text model but 'digits' is an image data set" in status["message"]
     assert any(c["type"] == "Failed" and c["reason"] == "BadInput" for c in status["conditions"])
     assert _jobs(kube, shared_ns, "estimate", name) == []
     events = kube.wait_for(api_path("v1", "events", shared_ns),
@@ -87,6 +92,37 @@ def test_bad_input_fails_at_pending_without_a_pod(
                                          if e["involvedObject"].get("name") == name),
                            timeout_s=30, interval_s=0.5, what="BadInput event")
     assert events
+
+
+def test_no_node_of_the_placement_fails_naming_what_exists(
+    kube: KubeClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """No Ready node of the selected model: after the grace (5 s in these tests) the job is
+    Failed with reason NoMatchingNode and an Event naming the selector and the device models
+    the cluster does have, instead of waiting in Profiling forever."""
+    manifest = job_manifest("nomatch", placement={
+        "nodeSelector": {"edgetrain.io/device-model": "jetson-agx-thor"}})
+    # The efficiency vector an earlier job left in the namespace's cache, so no estimate runs.
+    spec = PowerAwareTrainingJobSpec.model_validate(manifest["spec"])
+    key = efficiency_cache_key(spec, mf.weights_identity(spec))
+    vector = EfficiencyVector.from_samples(
+        model="resnet8-w025", dataset="digits", target_accuracy=0.5, batch_sizes=[16, 64],
+        samples_to_accuracy=[2000.0, 3000.0])
+    kube.create(api_path("v1", "configmaps", namespace), {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": mf.efficiency_configmap_name(key),
+                     "labels": {"edgetrain.io/cache": "efficiency",
+                                "edgetrain.io/cache-key": key}},
+        "data": {"efficiency.json": vector.model_dump_json()}})
+    name = _create(kube, namespace, manifest)
+    status = wait_phase(kube, namespace, name, DONE, 120, operator)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "NoMatchingNode"), status
+    for part in ("'edgetrain.io/device-model': 'jetson-agx-thor'", "jetson-nano (",
+                 "set spec.placement.nodeSelector"):
+        assert part in status["message"], status["message"]
+    assert _jobs(kube, namespace, "estimate", name) == []
+    events = dict(_events(kube, namespace, name))
+    assert "jetson-nano (" in events["NoMatchingNode"]
 
 
 def test_job_succeeds_then_second_job_hits_the_cache(

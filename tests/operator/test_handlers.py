@@ -1,8 +1,23 @@
-"""The status patch the handlers send: minimal, and able to delete fields."""
+"""The status the handlers write: a minimal patch, remembered only once the API server accepted
+it, and the per-job memory released when a job is final or deleted."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from edgetrain.api.job_status import Phase
+from edgetrain.cluster import KubeClient
+from edgetrain.operator import handlers
 from edgetrain.operator.handlers import merge_diff
+from edgetrain.operator.reconcile import Indexes, Reconciler
+from edgetrain.operator.settings import load_settings
+from tests.operator.conftest import patj_path
 
 
 def test_merge_diff() -> None:
@@ -13,3 +28,57 @@ def test_merge_diff() -> None:
     assert merge_diff(old, new) == {"attempts": {"nextRetryAt": None}, "message": None,
                                     "reason": "r"}
     assert merge_diff(new, new) == {}
+
+
+def _job(kube: KubeClient, namespace: str, name: str, repo_root: Path) -> dict[str, Any]:
+    body = yaml.safe_load((repo_root / "examples" / "patj-digits.yaml").read_text())
+    body["metadata"] = {"name": name, "namespace": namespace}
+    body["spec"]["placement"] = {"nodeSelector": {"edgetrain.io/device-model": "none"}}
+    made = kube.create(patj_path(namespace), body)
+    made["metadata"]["namespace"] = namespace
+    return made
+
+
+def test_status_is_remembered_only_once_written_and_released_on_delete(
+    kube: KubeClient, crds: None, namespace: str, repo_root: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Against the real API server: a refused status write is logged and not remembered (the
+    next tick starts from the stored status again); an accepted one is remembered until the job
+    is deleted."""
+    # No node is a GPU server here, so the estimate Job this creates never runs.
+    rec = Reconciler(kube, load_settings({}, server_selector={"edgetrain.io/node-kind": "none"}))
+    made = _job(kube, namespace, "memo", repo_root)
+    uid = made["metadata"]["uid"]
+    step = handlers.reconcile_and_write(rec, made, Indexes())
+    assert step.status.phase is Phase.estimating
+    stored = kube.get(patj_path(namespace, "memo"))["status"]
+    assert stored["phase"] == "EstimatingEfficiency"
+    assert uid in handlers._written and handlers.memory_size() >= 1
+
+    # The same job under a name the API server does not know: the status write is refused.
+    ghost = {**made, "metadata": {**made["metadata"], "name": "ghost", "uid": "ghost-uid"}}
+    with caplog.at_level(logging.WARNING, logger="edgetrain.operator"):
+        step = handlers.reconcile_and_write(rec, ghost, Indexes())
+    assert step.status.phase is Phase.estimating  # decided, but not written …
+    assert "ghost-uid" not in handlers._written  # … so not remembered as written
+    assert "status not written (HTTP 404" in caplog.text
+
+    kube.delete(patj_path(namespace, "memo"))
+    handlers.on_event(type="DELETED", body=kopf.Body(made))
+    handlers.on_event(type="DELETED", body=kopf.Body(ghost))
+    assert uid not in handlers._written and uid not in handlers._job_locks
+    assert "ghost-uid" not in handlers._job_locks
+
+
+def test_final_jobs_release_their_memory() -> None:
+    handlers._written["f"] = ({}, {})
+    handlers._job_lock("f")
+    handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "f"},
+                                                      "status": {"phase": "Succeeded"}}))
+    assert "f" not in handlers._written and "f" not in handlers._job_locks
+    handlers._written["r"] = ({}, {})
+    handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "r"},
+                                                      "status": {"phase": "Training"}}))
+    assert "r" in handlers._written  # a running job keeps it
+    handlers.forget("r")

@@ -202,3 +202,33 @@ def test_pretrain_in_the_worker_uses_the_jobs_compute_choice() -> None:
     recipe = json.loads(args[args.index("--pretrain") + 1])
     assert recipe["device"] == "cpu" and recipe["precision"] == "bf16"
     assert recipe["dataset"] == "fashion-mnist" and recipe["model"] == "resnet8-w025"
+
+
+SHELLS = {"sh", "bash", "dash", "ash", "zsh", "busybox"}
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = obj["spec"]["template"]["spec"]
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def test_no_container_runs_a_shell_and_names_stay_one_argument() -> None:
+    """Every pod the operator makes runs `edgetrain` with an argv list: no shell parses a
+    spec's text, so a path with spaces or `;` reaches the workload as one argument."""
+    odd = "/weights/a b;$(reboot)'.pt"
+    spec = SPEC.model_copy(update={"model": SPEC.model.model_copy(update={"weights": odd})})
+    settings = load_settings({})
+    objects = [
+        mf.estimate_job(PATJ, spec, settings, key="k", attempt=0),
+        mf.profile_daemonset(PATJ, spec, settings, device_model="jetson-nano", node="n1",
+                             l4t="36.4", key="k"),
+        mf.train_job(PATJ, spec, settings, node="n1", batch_size=16,
+                     gpu_frequency_hz=307200000, attempt=1, ckpt_dir="/c/run1-b16"),
+    ]
+    for obj in objects:
+        for container in _containers(obj):
+            argv = [*container.get("command", []), *container.get("args", [])]
+            assert argv[0] == "edgetrain", argv
+            assert not {a.rsplit("/", 1)[-1] for a in argv} & SHELLS, argv
+            assert "-c" not in argv, argv
+        assert odd in [*_containers(obj)[0]["args"]] or obj["kind"] == "DaemonSet"

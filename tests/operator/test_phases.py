@@ -11,13 +11,13 @@ from edgetrain.operator import phases as ph
 from tests.conftest import FIGURE1_POINTS
 
 
-def _node(name: str, model: str, ready: bool = True, **labels: str) -> dict[str, Any]:
-    return {
+def _node(name: str, model: str, ready: bool = True, **labels: str) -> ph.NodeInfo:
+    return ph.NodeInfo.of({
         "metadata": {"name": name, "labels": {"edgetrain.io/device-model": model,
                                               "edgetrain.io/node-kind": "jetson", **labels}},
         "spec": {},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+    })
 
 
 def test_candidates_group_ready_matching_nodes() -> None:

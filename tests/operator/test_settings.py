@@ -34,3 +34,14 @@ def test_errors_name_the_variable() -> None:
         load_settings({"EDGETRAIN_OPERATOR_RETRY_LIMIT": "-1"})
     with pytest.raises(ValueError, match="k=v"):
         load_settings({"EDGETRAIN_OPERATOR_SERVER_SELECTOR": "gpu"})
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("IMAGE", "edgetrain:latest; rm -rf /"), ("IMAGE", "-bad"),
+    ("WORKER_SERVICE_ACCOUNT", "Worker SA"), ("CHECKPOINT_PVC", "../x"),
+])
+def test_names_that_reach_manifests_are_checked(name: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"EDGETRAIN_OPERATOR_{name}"):
+        load_settings({f"EDGETRAIN_OPERATOR_{name}": value})
+    for good in ("ghcr.io/org/edgetrain:0.3.1", "localhost:5000/edgetrain@sha256:" + "a" * 64):
+        assert load_settings({"EDGETRAIN_OPERATOR_IMAGE": good}).image == good

@@ -6,7 +6,7 @@ import json
 
 from edgetrain.api.job_status import PowerAwareTrainingJobStatus, TrainingStatus
 from edgetrain.api.training import TrainingEvent
-from edgetrain.operator.reconcile import Reconciler
+from edgetrain.operator.phases import apply_progress
 
 
 def event(**fields: object) -> TrainingEvent:
@@ -17,16 +17,14 @@ def event(**fields: object) -> TrainingEvent:
 
 def test_progress_and_result_events_set_device_and_precision() -> None:
     training = TrainingStatus()
-    apply = Reconciler._apply_progress  # pure: reads the event, writes the status
-    reconciler = object.__new__(Reconciler)
-    apply(reconciler, training, event(event="progress", samples=64))
+    apply_progress(training, event(event="progress", samples=64))
     assert training.device is None  # an older trainer says nothing: nothing is invented
     progress = event(event="progress", samples=128, device="cuda:0", precision="bf16")
-    apply(reconciler, training, progress)
+    apply_progress(training, progress)
     assert (training.device, training.precision) == ("cuda:0", "bf16")
     result = event(event="result", samples=256, device="cpu", precision="fp32",
                    reached_target=True, usage={"device_time_s": 2.0})
-    apply(reconciler, training, result)
+    apply_progress(training, result)
     assert (training.device, training.precision, training.samples) == ("cpu", "fp32", 256)
     wire = PowerAwareTrainingJobStatus(training=training).wire()
     assert wire["training"]["device"] == "cpu" and wire["training"]["precision"] == "fp32"

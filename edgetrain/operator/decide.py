@@ -1,0 +1,539 @@
+"""The operator's reconcile as a pure function: `decide(spec, status, world) → (status, actions)`.
+
+`world` is a frozen snapshot of everything one step looks at (the relevant ConfigMaps' data, this
+job's Jobs, DaemonSets and pods, the candidate nodes, training load per node, the time); actions
+are data (create, delete, patch, post an Event); both are defined in `world.py`. `reconcile.py`
+gathers the world from kopf indexes and per-job reads and carries the actions out, so every
+decision is unit-tested as a table without a cluster.
+
+Slightly over 500 lines because each phase's decisions are spelled out here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from edgetrain.api.efficiency import parse_efficiency_json
+from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
+from edgetrain.api.job_status import (
+    EfficiencyStatus,
+    Phase,
+    PowerAwareTrainingJobStatus,
+    ProfileStatus,
+    SelectionStatus,
+    TrainingStatus,
+)
+from edgetrain.api.keys import (
+    ANNOTATION_TRAINING_ACCURACY,
+    ANNOTATION_TRAINING_SAMPLES,
+    LABEL_DEVICE_MODEL,
+    LABEL_PHASE,
+)
+from edgetrain.api.profile import ProfilePoint, parse_profile_csv
+from edgetrain.api.training import TrainingEvent
+from edgetrain.kube import Obj, now_rfc3339
+from edgetrain.operator import manifests as mf
+from edgetrain.operator import phases as ph
+from edgetrain.operator.phases import apply_progress, infeasible_message, unix_seconds
+from edgetrain.operator.settings import OperatorSettings
+from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
+from edgetrain.operator.world import (
+    Action,
+    Create,
+    Decision,
+    Delete,
+    Patch,
+    PostEvent,
+    World,
+)
+
+# Scheduler messages of a pod that waits for capacity that will free up (not a mismatch).
+QUEUEING = ("Insufficient ", "Too many pods")
+
+# --- entry points --------------------------------------------------------------------------
+
+
+def parse_status(raw: Mapping[str, Any] | None) -> PowerAwareTrainingJobStatus:
+    """The status as stored (a hand-edited, unreadable status starts over as Pending)."""
+    try:
+        return PowerAwareTrainingJobStatus.model_validate(raw or {})
+    except ValidationError:
+        return PowerAwareTrainingJobStatus()
+
+
+def parse_spec(raw: Mapping[str, Any] | None) -> PowerAwareTrainingJobSpec | str:
+    """The spec, or the first problem naming `spec.<field>` (the CRD admits some specs the model
+    refuses, e.g. cross-field checks)."""
+    try:
+        return PowerAwareTrainingJobSpec.model_validate(raw or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = "spec." + ".".join(str(p) for p in err["loc"])
+        return f"{where}: {err['msg']}"
+
+
+def decide(
+    spec: PowerAwareTrainingJobSpec | str,
+    status: PowerAwareTrainingJobStatus,
+    world: World,
+    settings: OperatorSettings,
+) -> Decision:
+    """One step of the phase machine; `status` is not modified (the result has a copy)."""
+    out = Decision(status.model_copy(deep=True))
+    if out.status.phase.final:
+        return out
+    if isinstance(spec, str):
+        _transition(out, Phase.failed, "InvalidSpec", spec)
+        return out
+    retry_at = out.status.attempts.next_retry_at
+    if retry_at and world.now_s < retry_at:
+        return out
+    step = _Step(spec, world, settings, out)
+    {
+        Phase.pending: step.pending,
+        Phase.estimating: step.estimating,
+        Phase.profiling: step.profiling,
+        Phase.selecting: step.selecting,
+        Phase.training: step.training,
+    }[out.status.phase]()
+    return out
+
+
+def _transition(out: Decision, to: Phase, reason: str, message: str) -> None:
+    kind, why, text = ph.transition(out.status, to, reason, message)
+    out.actions.append(PostEvent(kind, why, text))
+
+
+# --- the phases ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    spec: PowerAwareTrainingJobSpec
+    world: World
+    settings: OperatorSettings
+    out: Decision
+
+    @property
+    def status(self) -> PowerAwareTrainingJobStatus:
+        return self.out.status
+
+    @property
+    def ns(self) -> str:
+        return self.world.namespace
+
+    def act(self, action: Action) -> None:
+        self.out.actions.append(action)
+
+    def event(self, kind: str, reason: str, message: str) -> None:
+        self.act(PostEvent(kind, reason, message))
+
+    def go(self, to: Phase, reason: str, message: str) -> None:
+        _transition(self.out, to, reason, message)
+
+    def pods_of_job(self, job_name: str) -> list[Obj]:
+        return [p for p in self.world.pods
+                if (p["metadata"].get("labels") or {}).get("job-name") == job_name
+                or (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+                == job_name]
+
+    # --- retries and waiting ---
+
+    def failed_attempt(self, phase_key: str, what: str, outcome: ph.Outcome) -> bool:
+        """Count a failure; True if the job is now Failed (limit reached or not retryable)."""
+        status = self.status
+        count = getattr(status.attempts, phase_key) + 1
+        setattr(status.attempts, phase_key, count)
+        detail = f"{what} failed (exit code {outcome.exit_code}, {outcome.reason})"
+        if outcome.message:
+            detail += f": {outcome.message}"
+        limit = self.settings.retry_limit
+        if outcome.exit_code == ph.EXIT_BAD_INPUT or count > limit:
+            # Bad input fails the same way every time: retrying would only spend the budget.
+            reason = "BadInput" if outcome.exit_code == ph.EXIT_BAD_INPUT else "RetryLimitReached"
+            if reason == "RetryLimitReached":
+                detail += f" (attempt {count} of {limit + 1})"
+            self.go(Phase.failed, reason, detail)
+            return True
+        delay = ph.backoff_s(self.settings.retry_backoff_s, count)
+        status.attempts.next_retry_at = self.world.now_s + delay
+        status.message = f"{detail}; retry {count} of {limit} in {delay:g} s"
+        self.event("Warning", f"{phase_key.capitalize()}Failed", status.message)
+        return False
+
+    def unschedulable(self, pods: list[Obj], what: str) -> bool:
+        """Fail the job if a pod of `what` has found no node for longer than the grace. A pod
+        that waits for resources (busy GPUs, a full node) is queueing, not stuck: it waits."""
+        for pod in pods:
+            for cond in (pod.get("status") or {}).get("conditions") or []:
+                if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                        and cond.get("reason") == "Unschedulable"):
+                    if any(q in str(cond.get("message", "")) for q in QUEUEING):
+                        self.status.message = (f"{what}: pod {pod['metadata']['name']} waits"
+                                               f" for resources: {cond.get('message', '')}")
+                        continue
+                    since = unix_seconds(cond.get("lastTransitionTime"))
+                    if since is None or self.world.now_s - since < \
+                            self.settings.unschedulable_grace_s:
+                        continue
+                    self.go(Phase.failed, "Unschedulable",
+                            f"{what}: pod {pod['metadata']['name']} found no node for"
+                            f" {self.world.now_s - since:.0f} s: {cond.get('message', '')};"
+                            " add a matching node or change the operator's selectors")
+                    return True
+        return False
+
+    def no_node(self, waiting: str, failing: str) -> None:
+        """No Ready node matches: wait within the grace period, then fail with what exists."""
+        attempts = self.status.attempts
+        since = attempts.waiting_for_node_since
+        if since is None:
+            attempts.waiting_for_node_since = since = self.world.now_s
+        waited = self.world.now_s - since
+        grace = self.settings.no_node_grace_s
+        if waited < grace:
+            self.status.message = f"waiting: {waiting} (fails after {grace:g} s)"
+            return
+        self.go(Phase.failed, failing, f"{waiting} for {waited:.0f} s; {self.fleet()}")
+
+    def fleet(self) -> str:
+        """The device models that do exist (Ready count of each), and what to change."""
+        models: dict[str, list[bool]] = {}
+        for node in self.world.nodes:
+            labels = node.label_map
+            if LABEL_DEVICE_MODEL in labels and ph.matches(labels, self.settings.jetson_selector):
+                models.setdefault(labels[LABEL_DEVICE_MODEL], []).append(node.schedulable)
+        if not models:
+            return ("the cluster has no Jetson node (none carries"
+                    f" {self.settings.jetson_selector} and {LABEL_DEVICE_MODEL}); add one")
+        seen = ", ".join(f"{m} ({sum(r)} of {len(r)} Ready)" for m, r in sorted(models.items()))
+        return (f"device models in the cluster: {seen}; set spec.placement.nodeSelector to"
+                " match one of them")
+
+    # --- Pending ---
+
+    def pending(self) -> None:
+        problem = ph.bad_input(self.spec, f"{self.ns}/{self.world.name}")
+        if problem is not None:  # fail before any pod runs: a typo must not cost an estimate
+            self.go(Phase.failed, "BadInput", problem)
+            return
+        for api_version, plural, obj in mf.worker_rbac(self.ns, self.settings):
+            self.act(Create(api_version, plural, obj))
+        self.act(Create("v1", "configmaps", mf.progress_configmap(self.world.job)))
+        self.status.started_at = now_rfc3339()
+        self.go(Phase.estimating, "Started", "estimating the batch-size efficiency vector")
+
+    # --- EstimatingEfficiency ---
+
+    def estimating(self) -> None:
+        status, spec, world = self.status, self.spec, self.world
+        key = efficiency_cache_key(spec, mf.weights_identity(spec))
+        cm_name = mf.efficiency_configmap_name(key)
+        job_name = mf.short_name(world.name, f"estimate-{status.attempts.estimate}")
+        job = world.jobs.get(job_name)
+        if "efficiency.json" in world.configmaps.get(cm_name, {}):
+            cached = job is None and status.efficiency is None
+            status.efficiency = EfficiencyStatus(config_map=cm_name, key=key, cached=cached)
+            how = "cache hit" if cached else "estimated"
+            self.go(Phase.profiling, "EfficiencyReady", f"efficiency vector {cm_name} ({how})")
+            return
+        status.efficiency = EfficiencyStatus(config_map=cm_name, key=key, cached=False)
+        if job is None:
+            other = self.other_producer(key)
+            if other:
+                status.message = f"waiting for {other}, which estimates the same vector"
+                return
+            body = mf.estimate_job(world.job, spec, self.settings, key=key,
+                                   attempt=status.attempts.estimate,
+                                   inject=self.inject("estimate", status.attempts.estimate))
+            self.act(Create("batch/v1", "jobs", body))
+            status.attempts.next_retry_at = None
+            self.event("Normal", "EstimateStarted", f"job {job_name} on the GPU server")
+            status.message = f"estimating in job {job_name}"
+            return
+        pods = self.pods_of_job(job_name)
+        outcome = ph.job_outcome(job, pods)
+        if outcome.state == "succeeded":
+            outcome = ph.Outcome("failed", None, "NotPublished",
+                                 f"job {job_name} finished without writing {cm_name}")
+        if outcome.state == "failed":
+            self.failed_attempt("estimate", f"estimate job {job_name}", outcome)
+        else:
+            self.unschedulable(pods, f"estimate job {job_name}")
+
+    def other_producer(self, key: str) -> str | None:
+        mine = mf.label_value(self.world.name)
+        for prod in self.world.producers.get(key, ()):
+            if prod.owner != mine:
+                return prod.what
+        return None
+
+    def inject(self, phase_key: str, failures_so_far: int) -> str | None:
+        planned = mf.injected_failures(self.world.job, self.settings).get(phase_key, 0)
+        if failures_so_far < planned:
+            return f"{phase_key} attempt {failures_so_far + 1} of {planned} injected to fail"
+        return None
+
+    # --- Profiling ---
+
+    def selector(self) -> dict[str, str]:
+        return {**self.settings.jetson_selector, **self.spec.placement.node_selector}
+
+    def no_match_text(self) -> str:
+        return (f"no Ready node matches spec.placement.nodeSelector"
+                f" {self.spec.placement.node_selector} and the operator's jetsonSelector"
+                f" {self.settings.jetson_selector}")
+
+    def profiling(self) -> None:
+        status, spec, world = self.status, self.spec, self.world
+        cands = ph.candidates(world.nodes, self.selector())
+        if not cands:
+            self.no_node(self.no_match_text(), "NoMatchingNode")
+            return
+        status.attempts.waiting_for_node_since = None
+        known = {p.key: p for p in status.profiles}
+        profiles, pending = [], []
+        for cand in cands:
+            key = mf.profile_key(spec, cand.device_model, cand.l4t)
+            cut = spec.power_limit_watts if spec.strategy.profiling == "frontier" else None
+            prof = ProfileStatus(device_model=cand.device_model, node=cand.nodes[0], l4t=cand.l4t,
+                                 config_map=mf.profile_configmap_name(key), key=key,
+                                 power_limit_watts=cut)
+            ds_name = mf.short_name(world.name, f"profile-{mf.label_value(prof.device_model)}")
+            if "profile.csv" in world.configmaps.get(prof.config_map, {}):
+                prev = known.get(prof.key)
+                # Cached: it was there before this job waited for it.
+                prof.cached = True if prev is None else bool(prev.cached)
+                if ds_name in world.daemonsets:
+                    self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name))
+            else:
+                pending.append((prof, ds_name))
+            profiles.append(prof)
+        status.profiles = profiles
+        waits = []
+        for prof, ds_name in pending:
+            other = None if ds_name in world.daemonsets else self.other_producer(prof.key)
+            if other:  # another job is making the same LUT: use it when it is published
+                waits.append(f"waiting for {other}, which profiles the same LUT")
+            elif self.profile_one(prof, ds_name):
+                return
+        if pending:
+            status.message = "; ".join(
+                ["profiling " + ", ".join(p.device_model for p, _ in pending), *waits])
+            return
+        hits = sum(1 for p in profiles if p.cached)
+        self.go(Phase.selecting, "ProfilesReady",
+                f"{len(profiles)} profile(s), {hits} from the cache: "
+                + ", ".join(f"{p.device_model}={p.config_map}" for p in profiles))
+
+    def profile_one(self, prof: ProfileStatus, ds_name: str) -> bool:
+        """Start or watch one device model's profiling; True if the job failed."""
+        status, world = self.status, self.world
+        if ds_name not in world.daemonsets:
+            body = mf.profile_daemonset(world.job, self.spec, self.settings,
+                                        device_model=prof.device_model, node=prof.node,
+                                        l4t=prof.l4t, key=prof.key,
+                                        inject=self.inject("profile", status.attempts.profile))
+            self.act(Create("apps/v1", "daemonsets", body))
+            status.attempts.next_retry_at = None
+            self.event("Normal", "ProfilingStarted",
+                       f"{prof.device_model} on {prof.node} ({ds_name})")
+            return False
+        model = mf.label_value(prof.device_model)
+        pods = [p for p in world.pods
+                if (p["metadata"].get("labels") or {}).get(LABEL_PHASE) == "profile"
+                and (p["metadata"].get("labels") or {}).get(LABEL_DEVICE_MODEL) == model]
+        failures, message = ph.daemonset_failures(pods)
+        if failures > status.attempts.profile:
+            outcome = ph.Outcome("failed", None, "ProfilingFailed", message)
+            # The DaemonSet restarts the pod itself; the operator only counts and gives up.
+            status.attempts.profile = failures - 1
+            if self.failed_attempt("profile", f"profiling {prof.device_model}", outcome):
+                self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name))
+                return True
+            status.attempts.next_retry_at = None  # the DaemonSet's own back-off applies
+        return self.unschedulable(pods, f"profiling {prof.device_model}")
+
+    # --- Selecting ---
+
+    def selecting(self) -> None:
+        status, spec, world = self.status, self.spec, self.world
+        if status.efficiency is None or not status.profiles:
+            self.go(Phase.estimating, "NoInputs", "efficiency or profiles missing in status")
+            return
+        eff_data = world.configmaps.get(status.efficiency.config_map, {})
+        if "efficiency.json" not in eff_data:
+            status.efficiency = None
+            self.go(Phase.estimating, "CacheMissing",
+                    "efficiency ConfigMap vanished; estimating again")
+            return
+        efficiency = parse_efficiency_json(eff_data["efficiency.json"],
+                                           status.efficiency.config_map)
+        lost = frozenset(status.training.nodes_lost if status.training else [])
+        cands = {c.device_model: c for c in ph.candidates(world.nodes, self.selector(), lost)}
+        luts: dict[str, list[ProfilePoint]] = {}
+        for prof in status.profiles:
+            if prof.device_model not in cands:
+                continue
+            data = world.configmaps.get(prof.config_map, {})
+            if "profile.csv" not in data:
+                self.go(Phase.profiling, "CacheMissing",
+                        f"{prof.config_map} vanished; profiling again")
+                return
+            luts[prof.device_model] = parse_profile_csv(data["profile.csv"], prof.config_map)
+        if not luts:
+            lost_text = f" (lost: {sorted(lost)})" if lost else ""
+            self.no_node(f"no Ready candidate node is left{lost_text}; {self.no_match_text()}",
+                         "NoCandidateNode")
+            return
+        status.attempts.waiting_for_node_since = None
+        model, result, rows = ph.plan_candidates(spec, efficiency, luts)
+        if model is None or result is None:
+            self.go(Phase.failed, "Infeasible", infeasible_message(spec, rows, luts))
+            return
+        ranked = [r.device_model for r in sorted(
+            (r for r in rows if r.objective_value is not None),
+            key=lambda r: r.objective_value or 0.0)]
+        load = {n: world.training_load.get(n, 0) for c in cands.values() for n in c.nodes}
+        model, node = ph.place(ranked, {m: c.nodes for m, c in cands.items()}, load)
+        if model != ranked[0]:
+            result = ph.plan_for(spec, efficiency, luts[model])
+        status.selection = SelectionStatus(
+            node=node, device_model=model, batch_size=result.batch_size,
+            gpu_frequency_hz=result.gpu_freq_hz,
+            gpu_frequency_m_hz=round(result.gpu_freq_hz / 1e6),
+            power_watts=result.power_w, power_limit_watts=spec.power_limit_watts,
+            predicted_seconds=result.predicted_seconds, relative_time=result.relative_time,
+            objective=spec.strategy.objective.value, baselines=ph.baselines(result),
+            candidates=rows,
+        )
+        pred = ("" if result.predicted_seconds is None
+                else f", predicted {result.predicted_seconds:.1f} s")
+        self.go(Phase.training, "Planned",
+                f"{model} on {node}: b={result.batch_size}, f={result.gpu_freq_hz / 1e6:.0f} MHz,"
+                f" {result.power_w:.2f} W{pred}")
+
+    # --- Training ---
+
+    def progress(self) -> tuple[TrainingEvent | None, TrainingEvent | None]:
+        data = self.world.configmaps.get(mf.progress_configmap_name(self.world.name), {})
+        return (TrainingEvent.from_line(data.get(PROGRESS_KEY) or ""),
+                TrainingEvent.from_line(data.get(RESULT_KEY) or ""))
+
+    def stop_training(self, training: TrainingStatus, progress: TrainingEvent | None) -> None:
+        if training.job:
+            self.act(Delete("batch/v1", "jobs", self.ns, training.job))
+        if progress is not None:
+            apply_progress(training, progress)
+        training.job = training.pod = None
+        self.act(Patch("v1", "configmaps", self.ns, mf.progress_configmap_name(self.world.name),
+                       {"data": {PROGRESS_KEY: None, RESULT_KEY: None}}))
+
+    def training(self) -> None:
+        status, spec, world = self.status, self.spec, self.world
+        sel = status.selection
+        if sel is None:  # status edited by hand, or lost: plan again
+            self.go(Phase.selecting, "NoSelection", "no plan in status; planning")
+            return
+        training = status.training or TrainingStatus()
+        status.training = training
+        progress, result = self.progress()
+        # 1. The limit changed: re-plan (profiles cut at a higher limit still cover a lower one).
+        if sel.power_limit_watts != spec.power_limit_watts:
+            self.stop_training(training, progress)
+            training.segment += 1
+            if ph.profiles_cover_limit(status.profiles, spec.power_limit_w):
+                to, why = Phase.selecting, "re-planning from the existing profiles"
+            else:
+                to, why = Phase.profiling, "profiling up to the new limit"
+            self.go(to, "PowerLimitChanged",
+                    f"power limit {sel.power_limit_watts} W → {spec.power_limit_watts} W; {why}")
+            return
+        # 2. The node is gone or not Ready: choose another node, resume from the checkpoint.
+        node = world.node(sel.node)
+        if node is None or not node.schedulable:
+            self.stop_training(training, progress)
+            training.nodes_lost.append(sel.node)
+            self.go(Phase.selecting, "NodeLost",
+                    f"node {sel.node} is {'gone' if node is None else 'not Ready'}; rescheduling"
+                    " from the last checkpoint")
+            return
+        if training.job is None:
+            self.start_training(training, sel)
+            return
+        job = world.jobs.get(training.job)
+        if job is None:
+            training.job = None  # deleted under us: start it again (resumes from the checkpoint)
+            return
+        pods = self.pods_of_job(training.job)
+        newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+        if newest is not None:
+            training.pod = newest["metadata"]["name"]
+        if progress is not None:
+            apply_progress(training, progress)
+            if newest is not None:
+                self.annotate_progress(newest, training)
+        outcome = ph.job_outcome(job, pods)
+        if outcome.state == "running":
+            self.unschedulable(pods, f"training job {training.job}")
+            return
+        if result is not None:
+            apply_progress(training, result)
+        if outcome.state == "succeeded":
+            self.go(Phase.succeeded, "TargetReached",
+                    f"accuracy {training.accuracy or 0:.3f} after {training.samples} samples,"
+                    f" {training.device_seconds:.1f} s device time"
+                    + (" (simulated)" if training.simulated else ""))
+            return
+        if outcome.exit_code == ph.EXIT_BUDGET:
+            self.go(Phase.failed, "BudgetExhausted",
+                    f"sample budget {spec.budget.train_samples} spent at accuracy"
+                    f" {training.accuracy or 0:.3f} (target {spec.target_accuracy}); raise"
+                    " spec.budget.trainSamples or lower spec.targetAccuracy")
+            return
+        if not self.failed_attempt("train", f"training job {training.job}", outcome):
+            self.act(Delete("batch/v1", "jobs", self.ns, training.job))
+            training.job = None
+
+    def start_training(self, training: TrainingStatus, sel: SelectionStatus) -> None:
+        status = self.status
+        ckpt = training.checkpoint_dir
+        if not ckpt or not ckpt.endswith(f"-b{sel.batch_size}"):
+            # The trainer's checkpoints are tied to b: a new b gets a new folder.
+            ckpt = mf.checkpoint_dir(self.settings, self.world.job,
+                                     f"run{training.attempt + 1}-b{sel.batch_size}")
+        carry = None
+        if training.checkpoint_dir and training.checkpoint_dir != ckpt:
+            carry = training.checkpoint_dir
+            training.carried_samples = training.samples
+            training.carried_device_seconds = training.device_seconds
+            training.carried_energy_joules = training.energy_joules or 0.0
+        training.attempt += 1
+        body = mf.train_job(self.world.job, self.spec, self.settings, node=sel.node,
+                            batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
+                            attempt=training.attempt, ckpt_dir=ckpt, carry_from=carry,
+                            inject=self.inject("train", status.attempts.train))
+        self.act(Create("batch/v1", "jobs", body))
+        training.job, training.node, training.checkpoint_dir = (
+            body["metadata"]["name"], sel.node, ckpt)
+        status.attempts.next_retry_at = None
+        status.message = f"training in job {training.job} on {sel.node}"
+        self.event("Normal", "TrainingStarted",
+                   f"job {training.job} on {sel.node} (b={sel.batch_size},"
+                   f" f={sel.gpu_frequency_hz / 1e6:.0f} MHz)")
+
+    def annotate_progress(self, pod: Obj, training: TrainingStatus) -> None:
+        """Progress on the training pod, where the node agent exports it for the dashboards."""
+        want = {ANNOTATION_TRAINING_SAMPLES: str(training.samples)}
+        if training.accuracy is not None:
+            want[ANNOTATION_TRAINING_ACCURACY] = f"{training.accuracy:.4f}"
+        have = pod["metadata"].get("annotations") or {}
+        if all(have.get(k) == v for k, v in want.items()):
+            return
+        # Progress on the dashboard is not worth failing a job: best effort.
+        self.act(Patch("v1", "pods", self.ns, pod["metadata"]["name"],
+                       {"metadata": {"annotations": want}}, best_effort=True))

@@ -1,0 +1,110 @@
+"""What `decide` sees and what it asks for: the frozen `World` snapshot and the actions (data)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from edgetrain.api.job_status import PowerAwareTrainingJobStatus
+from edgetrain.kube import Obj
+from edgetrain.operator.phases import NodeInfo
+
+# --- the world -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Producer:
+    """Another job's estimate Job or profiling DaemonSet that is still making a cache entry."""
+
+    owner: str  # the edgetrain.io/job label of the job that made it
+    what: str  # "job x" / "daemonset y", for the message
+
+
+@dataclass(frozen=True)
+class World:
+    """What one reconcile step sees. `job` is the PowerAwareTrainingJob's metadata wrapped as
+    `{"metadata": …}` (what the manifest builders take)."""
+
+    job: Obj
+    now_s: float
+    nodes: tuple[NodeInfo, ...] = ()
+    training_load: Mapping[str, int] = field(default_factory=dict)
+    configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    jobs: Mapping[str, Obj] = field(default_factory=dict)
+    daemonsets: Mapping[str, Obj] = field(default_factory=dict)
+    pods: tuple[Obj, ...] = ()
+    producers: Mapping[str, tuple[Producer, ...]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return str(self.job["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        """The job's namespace."""
+        return str(self.job["metadata"]["namespace"])
+
+    def node(self, name: str) -> NodeInfo | None:
+        """A node by name (None: gone)."""
+        return next((n for n in self.nodes if n.name == name), None)
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create an object; "already exists" is success (names are deterministic)."""
+
+    api_version: str
+    plural: str
+    body: Obj
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete an object (background propagation); "not found" is success."""
+
+    api_version: str
+    plural: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Merge-patch an object; "not found" is success. `best_effort`: a refusal is only logged."""
+
+    api_version: str
+    plural: str
+    namespace: str
+    name: str
+    body: Obj
+    best_effort: bool = False
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """A Kubernetes Event on the job."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = Create | Delete | Patch | PostEvent
+
+
+@dataclass
+class Decision:
+    """The new status and what to do; `phase_changed` tells the caller to decide again at once
+    (with a fresh world) for transitions that need no waiting."""
+
+    status: PowerAwareTrainingJobStatus
+    actions: list[Action] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[PostEvent]:
+        """The Events among the actions."""
+        return [a for a in self.actions if isinstance(a, PostEvent)]

@@ -1,0 +1,405 @@
+"""`decide(spec, status, world)` as a table: one row per transition, retry, failure, re-plan,
+node loss, cache hit or miss and wait, with no cluster (the world is a plain snapshot)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from edgetrain.api import EfficiencyVector
+from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
+from edgetrain.api.job_status import (
+    EfficiencyStatus,
+    Phase,
+    PhaseAttempts,
+    PowerAwareTrainingJobStatus,
+    ProfileStatus,
+    SelectionStatus,
+    TrainingStatus,
+)
+from edgetrain.api.profile import format_profile_csv
+from edgetrain.operator import decide as dc
+from edgetrain.operator import manifests as mf
+from edgetrain.operator import world as wd
+from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.settings import OperatorSettings
+from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
+from tests.conftest import FIGURE1_POINTS
+
+NOW = 1_000_000.0
+SETTINGS = OperatorSettings(retry_limit=2, retry_backoff_s=10, no_node_grace_s=300,
+                            unschedulable_grace_s=600)
+SPEC = PowerAwareTrainingJobSpec.model_validate({
+    "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
+    "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.87, "powerLimitWatts": 5,
+    "batchSizes": [64, 128],
+    "placement": {"nodeSelector": {"edgetrain.io/device-model": "jetson-nano"}}})
+JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "0123456789abcdef", "generation": 1,
+                    "annotations": {}}}
+EFF_KEY = efficiency_cache_key(SPEC, mf.weights_identity(SPEC))
+EFF_CM = mf.efficiency_configmap_name(EFF_KEY)
+EFF_JSON = EfficiencyVector.from_samples(
+    model="resnet8-w025", dataset="digits", target_accuracy=0.87, batch_sizes=[64, 128],
+    samples_to_accuracy=[40000.0, 40000.0]).model_dump_json()
+PROF_KEY = mf.profile_key(SPEC, "jetson-nano", "36.4")
+PROF_CM = mf.profile_configmap_name(PROF_KEY)
+PROF_CSV = format_profile_csv(FIGURE1_POINTS)
+DS = "j-profile-jetson-nano"
+PROGRESS_CM = mf.progress_configmap_name("j")
+
+
+def node(name: str, model: str = "jetson-nano", ready: bool = True) -> NodeInfo:
+    return NodeInfo(name, tuple(sorted({"edgetrain.io/device-model": model,
+                                        "edgetrain.io/node-kind": "jetson",
+                                        "edgetrain.io/l4t": "36.4"}.items())), ready)
+
+
+def job(state: str) -> dict[str, Any]:
+    status = {"running": {"active": 1}, "succeeded": {"succeeded": 1},
+              "failed": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}}
+    return {"metadata": {"name": "x"}, "status": status[state]}
+
+
+def pod(job_name: str, exit_code: int | None = None, message: str = "",
+        **labels: str) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {}} if exit_code is None else {
+        "terminated": {"exitCode": exit_code, "reason": "Error", "message": message}}
+    return {"metadata": {"name": f"{job_name}-pod", "creationTimestamp": "t",
+                         "labels": {"job-name": job_name, **labels}},
+            "status": {"containerStatuses": [{"state": state}]}}
+
+
+def unschedulable_pod(job_name: str, since: str,
+                      why: str = "0/3 nodes are available: 3 node(s) didn't match Pod's node"
+                      " affinity/selector") -> dict[str, Any]:
+    return {"metadata": {"name": f"{job_name}-pod", "labels": {"job-name": job_name}},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "lastTransitionTime": since, "message": why}]}}
+
+
+def world(**kw: Any) -> wd.World:
+    return wd.World(job=JOB, now_s=NOW, **kw)
+
+
+def status(phase: Phase, **kw: Any) -> PowerAwareTrainingJobStatus:
+    return PowerAwareTrainingJobStatus(phase=phase, **kw)
+
+
+EFF = EfficiencyStatus(config_map=EFF_CM, key=EFF_KEY, cached=False)
+PROF = ProfileStatus(device_model="jetson-nano", node="n1", l4t="36.4", config_map=PROF_CM,
+                     key=PROF_KEY, cached=False, power_limit_watts=5.0)
+SEL = SelectionStatus(node="n1", device_model="jetson-nano", batch_size=64,
+                      gpu_frequency_hz=460_800_000, gpu_frequency_m_hz=461, power_watts=4.9,
+                      power_limit_watts=5.0, predicted_seconds=None, relative_time=0.007,
+                      objective="time")
+CACHE = {EFF_CM: {"efficiency.json": EFF_JSON}, PROF_CM: {"profile.csv": PROF_CSV}}
+TRAINING = dict(efficiency=EFF, profiles=[PROF], selection=SEL)
+RUNNING = TrainingStatus(job="j-train-1", node="n1", attempt=1,
+                         checkpoint_dir="/ckpt/ns/j-01234567/run1-b64")
+
+
+def progress(samples: int, accuracy: float) -> dict[str, str]:
+    line = json.dumps({"event": "progress", "samples": samples, "accuracy": accuracy,
+                       "usage": {"device_time_s": 3.0, "simulated": True}})
+    return {PROGRESS_KEY: line}
+
+
+def kinds(d: wd.Decision) -> list[str]:
+    """Actions in a compact form: 'create jobs j-estimate-0', 'event Started', …"""
+    out = []
+    for a in d.actions:
+        if isinstance(a, wd.Create):
+            out.append(f"create {a.plural} {a.body['metadata']['name']}")
+        elif isinstance(a, wd.Delete):
+            out.append(f"delete {a.plural} {a.name}")
+        elif isinstance(a, wd.Patch):
+            out.append(f"patch {a.plural} {a.name}")
+        else:
+            out.append(f"event {a.reason}")
+    return out
+
+
+@dataclass
+class Row:
+    name: str
+    status: PowerAwareTrainingJobStatus
+    world: wd.World
+    phase: Phase
+    actions: list[str]
+    reason: str | None = None
+    check: Callable[[wd.Decision], bool] = lambda _d: True
+    spec: PowerAwareTrainingJobSpec | str = field(default=SPEC)
+    settings: OperatorSettings = SETTINGS
+
+
+ROWS = [
+    Row("pending starts: worker identity, progress ConfigMap",
+        status(Phase.pending), world(), Phase.estimating,
+        ["create serviceaccounts edgetrain-worker", "create roles edgetrain-worker",
+         "create rolebindings edgetrain-worker", f"create configmaps {PROGRESS_CM}",
+         "event Started"], "Started"),
+    Row("pending with an unknown data set fails before any pod",
+        status(Phase.pending), world(), Phase.failed, ["event BadInput"], "BadInput",
+        lambda d: "spec.dataset.name" in d.status.message,
+        spec=SPEC.model_copy(update={"dataset": SPEC.dataset.model_copy(
+            update={"name": "nope"})})),
+    Row("a spec the model refuses fails as InvalidSpec",
+        status(Phase.pending), world(), Phase.failed, ["event InvalidSpec"], "InvalidSpec",
+        spec="spec.batchSizes: batch sizes must be unique"),
+    Row("final phases do nothing", status(Phase.succeeded), world(), Phase.succeeded, []),
+    Row("estimating: cache hit skips the estimate",
+        status(Phase.estimating), world(configmaps=CACHE), Phase.profiling,
+        ["event EfficiencyReady"], "EfficiencyReady",
+        lambda d: d.status.efficiency is not None and d.status.efficiency.cached is True),
+    Row("estimating: cache miss starts the estimate Job",
+        status(Phase.estimating), world(), Phase.estimating,
+        ["create jobs j-estimate-0", "event EstimateStarted"]),
+    Row("estimating: another job makes the same vector: wait",
+        status(Phase.estimating),
+        world(producers={EFF_KEY: (wd.Producer("other", "job other-estimate-0"),)}),
+        Phase.estimating, [], None,
+        lambda d: "waiting for job other-estimate-0" in d.status.message),
+    Row("estimating: our own producer is no reason to wait",
+        status(Phase.estimating), world(producers={EFF_KEY: (wd.Producer("j", "job x"),)}),
+        Phase.estimating, ["create jobs j-estimate-0", "event EstimateStarted"]),
+    Row("estimating: a running estimate changes nothing",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")}), Phase.estimating, []),
+    Row("estimating: a failed estimate is retried after a back-off",
+        status(Phase.estimating), world(jobs={"j-estimate-0": job("failed")},
+                                        pods=(pod("j-estimate-0", 1, "oom"),)),
+        Phase.estimating, ["event EstimateFailed"], None,
+        lambda d: d.status.attempts.estimate == 1
+        and d.status.attempts.next_retry_at == NOW + 10 and "oom" in d.status.message),
+    Row("estimating: the retry waits for its time",
+        status(Phase.estimating, attempts=PhaseAttempts(estimate=1, next_retry_at=NOW + 5)),
+        world(), Phase.estimating, []),
+    Row("estimating: the next attempt gets the next Job name",
+        status(Phase.estimating, attempts=PhaseAttempts(estimate=1, next_retry_at=NOW - 1)),
+        world(jobs={"j-estimate-0": job("failed")}), Phase.estimating,
+        ["create jobs j-estimate-1", "event EstimateStarted"], None,
+        lambda d: d.status.attempts.next_retry_at is None),
+    Row("estimating: the last retry fails the job",
+        status(Phase.estimating, attempts=PhaseAttempts(estimate=2)),
+        world(jobs={"j-estimate-2": job("failed")}, pods=(pod("j-estimate-2", 1, "boom"),)),
+        Phase.failed, ["event RetryLimitReached"], "RetryLimitReached",
+        lambda d: "attempt 3 of 3" in d.status.message),
+    Row("estimating: an unreachable target is bad input, not retried, and says what to change",
+        status(Phase.estimating),
+        world(jobs={"j-estimate-0": job("failed")}, pods=(pod(
+            "j-estimate-0", 2, "no batch size reached target accuracy 0.87 on 'digits' within"
+            " 2048 samples (best accuracy b=64: 0.610, b=128: 0.550); raise the sample budget"
+            " (--sample-budget / budget.estimateSamples) or lower the target"
+            " (--target-accuracy / targetAccuracy)"),)),
+        Phase.failed, ["event BadInput"], "BadInput",
+        lambda d: all(s in d.events[0].message for s in (
+            "best accuracy b=64: 0.610", "within 2048 samples", "budget.estimateSamples",
+            "targetAccuracy"))),
+    Row("estimating: a Job that succeeded without publishing is a failed attempt",
+        status(Phase.estimating), world(jobs={"j-estimate-0": job("succeeded")}),
+        Phase.estimating, ["event EstimateFailed"], None,
+        lambda d: "without writing" in d.status.message),
+    Row("estimating: published by our Job: not a cache hit",
+        status(Phase.estimating, efficiency=EFF),
+        world(configmaps=CACHE, jobs={"j-estimate-0": job("succeeded")}), Phase.profiling,
+        ["event EfficiencyReady"], "EfficiencyReady",
+        lambda d: d.status.efficiency is not None and d.status.efficiency.cached is False),
+    Row("estimating: a pod no node takes for too long fails the job",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")},
+              pods=(unschedulable_pod("j-estimate-0", "1970-01-01T00:00:00Z"),)),
+        Phase.failed, ["event Unschedulable"], "Unschedulable",
+        lambda d: "didn't match Pod's node affinity" in d.status.message),
+    Row("estimating: a pod that waits for a busy GPU is queueing: it waits",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")},
+              pods=(unschedulable_pod("j-estimate-0", "1970-01-01T00:00:00Z",
+                                      "0/3 nodes are available: 1 Insufficient nvidia.com/gpu,"
+                                      " 2 node(s) didn't match Pod's node affinity/selector"),)),
+        Phase.estimating, [], None, lambda d: "waits for resources" in d.status.message),
+    Row("estimating: unschedulable for less than the grace: wait",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": job("running")},
+              pods=(unschedulable_pod("j-estimate-0", "1970-01-12T13:40:00Z"),)),
+        Phase.estimating, []),
+    Row("profiling: no matching node yet: wait, remembering since when",
+        status(Phase.profiling, efficiency=EFF), world(nodes=(node("o1", "jetson-orin"),)),
+        Phase.profiling, [], None,
+        lambda d: d.status.attempts.waiting_for_node_since == NOW
+        and "fails after 300 s" in d.status.message),
+    Row("profiling: no matching node within the grace: Failed, naming what exists",
+        status(Phase.profiling, efficiency=EFF,
+               attempts=PhaseAttempts(waiting_for_node_since=NOW - 301)),
+        world(nodes=(node("o1", "jetson-orin"), node("o2", "jetson-orin", ready=False))),
+        Phase.failed, ["event NoMatchingNode"], "NoMatchingNode",
+        lambda d: all(s in d.status.message for s in (
+            "'edgetrain.io/device-model': 'jetson-nano'", "jetson-orin (1 of 2 Ready)",
+            "set spec.placement.nodeSelector"))),
+    Row("profiling: cache miss starts one DaemonSet per device model",
+        status(Phase.profiling, efficiency=EFF,
+               attempts=PhaseAttempts(waiting_for_node_since=NOW - 30)),
+        world(nodes=(node("n2"), node("n1"))), Phase.profiling,
+        [f"create daemonsets {DS}", "event ProfilingStarted"], None,
+        lambda d: d.status.profiles[0].node == "n1"
+        and d.status.attempts.waiting_for_node_since is None),
+    Row("profiling: cache hit goes on to Selecting",
+        status(Phase.profiling, efficiency=EFF), world(nodes=(node("n1"),), configmaps=CACHE),
+        Phase.selecting, ["event ProfilesReady"], "ProfilesReady",
+        lambda d: d.status.profiles[0].cached is True),
+    Row("profiling: our DaemonSet published: delete it, not a cache hit",
+        status(Phase.profiling, efficiency=EFF,
+               profiles=[PROF.model_copy(update={"cached": None})]),
+        world(nodes=(node("n1"),), configmaps=CACHE, daemonsets={DS: {}}), Phase.selecting,
+        [f"delete daemonsets {DS}", "event ProfilesReady"], "ProfilesReady",
+        lambda d: d.status.profiles[0].cached is False),
+    Row("profiling: another job profiles the same LUT: wait",
+        status(Phase.profiling, efficiency=EFF),
+        world(nodes=(node("n1"),),
+              producers={PROF_KEY: (wd.Producer("other", "daemonset other-profile"),)}),
+        Phase.profiling, [], None, lambda d: "waiting for daemonset other" in d.status.message),
+    Row("profiling: restarts past the limit fail the job and remove the DaemonSet",
+        status(Phase.profiling, efficiency=EFF),
+        world(nodes=(node("n1"),), daemonsets={DS: {}}, pods=({
+            "metadata": {"name": "p", "labels": {"edgetrain.io/phase": "profile",
+                                                 "edgetrain.io/device-model": "jetson-nano"}},
+            "status": {"containerStatuses": [{"restartCount": 3, "lastState": {
+                "terminated": {"exitCode": 1, "message": "sensor"}}}]}},)),
+        Phase.failed, ["event RetryLimitReached", f"delete daemonsets {DS}"],
+        "RetryLimitReached"),
+    Row("selecting: the plan of the paper's Figure 1",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps=CACHE), Phase.training, ["event Planned"],
+        "Planned", lambda d: d.status.selection is not None
+        and (d.status.selection.batch_size, d.status.selection.gpu_frequency_hz)
+        == (64, 460_800_000)),
+    Row("selecting: an idle node is preferred over a busy one",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"), node("n2")), configmaps=CACHE, training_load={"n1": 1}),
+        Phase.training, ["event Planned"], "Planned",
+        lambda d: d.status.selection is not None and d.status.selection.node == "n2"),
+    Row("selecting: a limit below every profiled point is Infeasible and says what to raise",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps=CACHE), Phase.failed, ["event Infeasible"],
+        "Infeasible", lambda d: all(s in d.status.message for s in (
+            "power limit of 3 W", "raise spec.powerLimitWatts to at least 4.1 W"))),
+    Row("selecting: the efficiency ConfigMap vanished: estimate again",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps={PROF_CM: CACHE[PROF_CM]}), Phase.estimating,
+        ["event CacheMissing"], "CacheMissing"),
+    Row("selecting: a profile vanished: profile again",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps={EFF_CM: CACHE[EFF_CM]}), Phase.profiling,
+        ["event CacheMissing"], "CacheMissing"),
+    Row("selecting: every candidate node lost: wait within the grace",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF],
+               training=TrainingStatus(nodes_lost=["n1"])),
+        world(nodes=(node("n1"),), configmaps=CACHE), Phase.selecting, [], None,
+        lambda d: "lost: ['n1']" in d.status.message),
+    Row("selecting: every candidate node lost past the grace: Failed",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF],
+               training=TrainingStatus(nodes_lost=["n1"]),
+               attempts=PhaseAttempts(waiting_for_node_since=NOW - 400)),
+        world(nodes=(node("n1"),), configmaps=CACHE), Phase.failed, ["event NoCandidateNode"],
+        "NoCandidateNode"),
+    Row("training: starts the Job on the chosen node",
+        status(Phase.training, **TRAINING), world(nodes=(node("n1"),)), Phase.training,
+        ["create jobs j-train-1", "event TrainingStarted"], None,
+        lambda d: d.status.training is not None and d.status.training.job == "j-train-1"
+        and (d.status.training.checkpoint_dir or "").endswith("run1-b64")),
+    Row("training: progress reaches the status and the pod's annotations",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("running")},
+              pods=(pod("j-train-1"),), configmaps={PROGRESS_CM: progress(512, 0.5)}),
+        Phase.training, ["patch pods j-train-1-pod"], None,
+        lambda d: d.status.training is not None and d.status.training.samples == 512
+        and d.status.training.pod == "j-train-1-pod"),
+    Row("training: the Job succeeded",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")},
+              configmaps={PROGRESS_CM: {RESULT_KEY: progress(4096, 0.9)[PROGRESS_KEY]}}),
+        Phase.succeeded, ["event TargetReached"], "TargetReached",
+        lambda d: "simulated" in d.status.message and d.status.finished_at is not None),
+    Row("training: the sample budget ran out (exit 4): not retried, says what to raise",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("failed")},
+              pods=(pod("j-train-1", 4),)),
+        Phase.failed, ["event BudgetExhausted"], "BudgetExhausted",
+        lambda d: "spec.budget.trainSamples" in d.status.message),
+    Row("training: a crash is retried with a new Job",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("failed")},
+              pods=(pod("j-train-1", 1, "x" * 5000),)),
+        Phase.training, ["event TrainFailed", "delete jobs j-train-1"], None,
+        lambda d: d.status.training is not None and d.status.training.job is None
+        and len(str(d.status.wire()["message"])) <= 1024),
+    Row("training: the Job deleted under us is started again",
+        status(Phase.training, training=RUNNING, **TRAINING), world(nodes=(node("n1"),)),
+        Phase.training, [], None,
+        lambda d: d.status.training is not None and d.status.training.job is None),
+    Row("training: a lower limit the profiles cover re-plans from them",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), configmaps={PROGRESS_CM: progress(256, 0.4)}),
+        Phase.selecting, ["delete jobs j-train-1", f"patch configmaps {PROGRESS_CM}",
+                          "event PowerLimitChanged"], "PowerLimitChanged",
+        lambda d: d.status.training is not None and d.status.training.segment == 1
+        and d.status.training.samples == 256,
+        spec=SPEC.model_copy(update={"power_limit_watts": 4.5})),
+    Row("training: a higher limit than the frontier was cut at profiles again",
+        status(Phase.training, training=RUNNING, **TRAINING), world(nodes=(node("n1"),)),
+        Phase.profiling, ["delete jobs j-train-1", f"patch configmaps {PROGRESS_CM}",
+                          "event PowerLimitChanged"], "PowerLimitChanged",
+        spec=SPEC.model_copy(update={"power_limit_watts": 7.0})),
+    Row("training: the node went NotReady: reschedule from the checkpoint",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1", ready=False),)), Phase.selecting,
+        ["delete jobs j-train-1", f"patch configmaps {PROGRESS_CM}", "event NodeLost"],
+        "NodeLost", lambda d: d.status.training is not None
+        and d.status.training.nodes_lost == ["n1"] and "not Ready" in d.status.message),
+    Row("training: the node is gone",
+        status(Phase.training, training=RUNNING, **TRAINING), world(), Phase.selecting,
+        ["delete jobs j-train-1", f"patch configmaps {PROGRESS_CM}", "event NodeLost"],
+        "NodeLost", lambda d: "is gone" in d.status.message),
+    Row("training: no plan in status: plan again",
+        status(Phase.training), world(), Phase.selecting, ["event NoSelection"], "NoSelection"),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_decide(row: Row) -> None:
+    spec = row.spec
+    if row.name.startswith("selecting: a limit below"):
+        spec = SPEC.model_copy(update={"power_limit_watts": 3.0})
+    before = row.status.model_dump()
+    got = dc.decide(spec, row.status, row.world, row.settings)
+    assert row.status.model_dump() == before, "decide must not modify its input"
+    assert got.status.phase is row.phase, got.status.message
+    assert kinds(got) == row.actions
+    if row.reason is not None:
+        assert got.status.reason == row.reason
+    assert row.check(got), got.status.model_dump()
+
+
+def test_same_world_same_decision() -> None:
+    """Pure: the same inputs give the same status and actions (timestamps aside)."""
+    row = ROWS[5]
+    a = dc.decide(SPEC, row.status, row.world, SETTINGS)
+    b = dc.decide(SPEC, row.status, row.world, SETTINGS)
+    assert a.actions == b.actions and a.status == b.status
+
+
+def test_grace_zero_fails_at_once() -> None:
+    settings = SETTINGS.model_copy(update={"no_node_grace_s": 0.0})
+    got = dc.decide(SPEC, status(Phase.profiling, efficiency=EFF), world(), settings)
+    assert got.status.phase is Phase.failed and got.status.reason == "NoMatchingNode"
+    assert "no Jetson node" in got.status.message
+
+
+def test_world_node_lookup() -> None:
+    w = replace(world(), nodes=(node("a"), node("b")))
+    assert w.node("b") == node("b") and w.node("c") is None
+    assert (w.name, w.namespace) == ("j", "ns")

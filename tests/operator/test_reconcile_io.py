@@ -1,0 +1,59 @@
+"""Against the real API server: what one tick reads. Cluster-wide facts come from the indexes,
+so every request a reconcile makes is inside the job's namespace, and only a few per phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, TrainingStatus
+from edgetrain.cluster import KubeClient
+from edgetrain.operator import world as wd
+from edgetrain.operator.reconcile import Indexes, Reconciler
+from edgetrain.operator.settings import load_settings
+from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
+
+
+class RecordingClient(KubeClient):
+    """The real client, noting each request it sends."""
+
+    def __init__(self, configuration: Any) -> None:
+        super().__init__(configuration)
+        self.sent: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        self.sent.append((method, path))
+        return super().request(method, path, **kw)
+
+
+STATUSES = {
+    "estimating": PowerAwareTrainingJobStatus(phase=Phase.estimating),
+    "profiling": PowerAwareTrainingJobStatus(phase=Phase.profiling, efficiency=EFF),
+    "selecting": PowerAwareTrainingJobStatus(phase=Phase.selecting, efficiency=EFF,
+                                             profiles=[PROF]),
+    "training": PowerAwareTrainingJobStatus(phase=Phase.training, efficiency=EFF,
+                                            profiles=[PROF], selection=SEL,
+                                            training=TrainingStatus(job="j-train-1")),
+}
+
+
+@pytest.mark.parametrize("phase", list(STATUSES))
+def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
+                                              phase: str) -> None:
+    client = RecordingClient(kube.configuration)
+    rec = Reconciler(client, load_settings({}))
+    patj = {"metadata": {"name": "j", "namespace": namespace, "uid": "0123456789abcdef",
+                         "generation": 1}}
+    indexes = Indexes(nodes={"n1": [node("n1")], "n2": [node("n2")]},
+                      training={"n1": ["other/x-train-1"]},
+                      estimators={(namespace, "k"): [wd.Producer("o", "job o")]})
+    world = rec.world(patj, STATUSES[phase], SPEC, indexes)
+    assert client.sent, "each phase reads at least its own objects or a cache entry"
+    for method, path in client.sent:
+        assert method == "GET" and f"/namespaces/{namespace}/" in path, client.sent
+    assert len(client.sent) <= 3, client.sent
+    if phase in ("profiling", "selecting"):
+        assert {n.name for n in world.nodes} == {"n1", "n2"}  # from the index, not the API
+    if phase == "selecting":
+        assert world.training_load == {"n1": 1, "n2": 0}
