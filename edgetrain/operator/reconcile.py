@@ -387,6 +387,8 @@ class Reconciler:
             node=node, device_model=model, batch_size=result.batch_size,
             gpu_frequency_hz=result.gpu_freq_hz,
             gpu_frequency_m_hz=round(result.gpu_freq_hz / 1e6),
+            cpu_cores=result.cpu_cores, cpu_frequency_hz=result.cpu_freq_hz,
+            emc_frequency_hz=result.emc_freq_hz,
             power_watts=result.power_w, power_limit_watts=spec.power_limit_watts,
             predicted_seconds=result.predicted_seconds, relative_time=result.relative_time,
             objective=spec.strategy.objective.value, baselines=ph.baselines(result),
@@ -500,7 +502,7 @@ class Reconciler:
             body = mf.train_job(patj, spec, self.settings, node=sel.node,
                                 batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
                                 attempt=training.attempt, ckpt_dir=ckpt, carry_from=carry,
-                                inject=inject)
+                                inject=inject, power_mode=ph.power_mode(sel))
             self._create("batch/v1", "jobs", body)
             training.job, training.node, training.checkpoint_dir = (
                 body["metadata"]["name"], sel.node, ckpt)
