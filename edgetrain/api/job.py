@@ -97,6 +97,15 @@ class StrategySpec(_Spec):
     )
     objective: Objective = Objective.time
     power_metric: PowerMetric = PowerMetric.peak
+    # PowerTrain's point: a few measured modes, transferred, predict thousands (the paper used
+    # ~50; the job default stays at 20 so profiling costs little next to the training it plans).
+    predict_points: int = Field(
+        default=20,
+        ge=2,
+        le=200,
+        description="profiling: predicted — power modes measured on the device; the rest of"
+        " the (batch size, power mode) grid is predicted",
+    )
 
 
 class BudgetSpec(_Spec):
@@ -206,6 +215,12 @@ def profile_cache_key(
             "limit": spec.power_limit_watts if spec.strategy.profiling == "frontier" else None,
             "metric": spec.strategy.power_metric.value,
             "profiler": PROFILER_VERSION,
+            # Predicted tables depend on which modes were measured; other keys stay unchanged.
+            **(
+                {"predict": [spec.strategy.predict_points, spec.budget.seeds[0]]}
+                if spec.strategy.profiling == "predicted"
+                else {}
+            ),
         }
     )
 

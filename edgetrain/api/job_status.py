@@ -118,6 +118,10 @@ class SelectionStatus(_Status):
     batch_size: int
     gpu_frequency_hz: int
     gpu_frequency_m_hz: int = Field(alias="gpuFrequencyMHz")
+    # The rest of a full power mode, when the profile had one (predicted profiling).
+    cpu_cores: int | None = None
+    cpu_frequency_hz: int | None = None
+    emc_frequency_hz: int | None = None
     power_watts: float
     power_limit_watts: float | None
     predicted_seconds: float | None

@@ -36,6 +36,15 @@ JOB_LABELS = (LABEL_JOB, "batch.kubernetes.io/job-name", "job-name")
 # ---- On a training pod: the frequency the node agent pins, and the limit its guard holds.
 ANNOTATION_GPU_FREQUENCY_HZ = "edgetrain.io/gpu-frequency-hz"
 ANNOTATION_POWER_LIMIT_WATTS = "edgetrain.io/power-limit-watts"
+# The rest of a full power mode (plans from predicted profiles): all three or none.
+ANNOTATION_CPU_CORES = "edgetrain.io/cpu-cores"
+ANNOTATION_CPU_FREQUENCY_HZ = "edgetrain.io/cpu-frequency-hz"
+ANNOTATION_EMC_FREQUENCY_HZ = "edgetrain.io/emc-frequency-hz"
+POWER_MODE_ANNOTATIONS = (
+    ANNOTATION_CPU_CORES,
+    ANNOTATION_CPU_FREQUENCY_HZ,
+    ANNOTATION_EMC_FREQUENCY_HZ,
+)
 # On a training pod while it trains (set by the operator from the job's progress); the node
 # agent exports them as gauges, so the dashboards show progress without reading ConfigMaps.
 ANNOTATION_TRAINING_SAMPLES = "edgetrain.io/training-samples"

@@ -7,6 +7,7 @@ mode runs the same code on a board and on a twin.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -23,12 +24,35 @@ class PowerModeWriter:
     this needs root, and nvpmodel must not be changing modes at the same time.
     """
 
-    def __init__(self, root: Path, board: str) -> None:
+    def __init__(self, root: Path, board: str, saved: Mapping[str, str] | None = None) -> None:
+        """`saved`: originals recorded earlier (`saved_files()`), e.g. by an agent before a
+        restart, so `restore()` puts back what was there before the first change."""
         self.root = root
         self.spec = BOARDS[board]
         emc = root / self.spec.emc_debugfs_dir
         self.emc_rate = emc / ("rate" if "bpmp" in self.spec.emc_debugfs_dir else "clk_rate")
-        self._saved: dict[Path, str] = {}
+        self._saved: dict[Path, str] = {root / k: v for k, v in (saved or {}).items()}
+
+    def paths(self) -> list[Path]:
+        """Every file `apply` writes, in the order it writes them."""
+        cpu = self.root / CPU_DIR
+        return [
+            *(cpu / f"cpu{i}/cpufreq/scaling_max_freq" for i in range(self.spec.cpu_cores)),
+            *(cpu / f"cpu{i}/online" for i in range(1, self.spec.cpu_cores)),
+            self.emc_rate,
+        ]
+
+    def snapshot(self) -> dict[str, str]:
+        """Record the originals of every file `apply` writes (kept if recorded before); returns
+        them by path relative to the root, for persisting before anything changes."""
+        for path in self.paths():
+            if path not in self._saved:
+                self._saved[path] = path.read_text() if path.exists() else ""
+        return self.saved_files()
+
+    def saved_files(self) -> dict[str, str]:
+        """The recorded originals, by path relative to the root."""
+        return {str(p.relative_to(self.root)): v for p, v in self._saved.items()}
 
     def _write(self, path: Path, text: str) -> None:
         if path not in self._saved:

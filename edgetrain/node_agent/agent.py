@@ -32,11 +32,14 @@ from edgetrain.device import (
     select_power_sensor,
 )
 from edgetrain.device.devfreq import FrequencyRange
+from edgetrain.device.power_mode import PowerModeWriter
+from edgetrain.device.sim import BOARDS
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, wait_for_stop_signal
 from edgetrain.node_agent import kube as k
 from edgetrain.node_agent.logic import (
     Desired,
     EventDeduper,
+    ModeTables,
     PodRequest,
     Range,
     guard_ceiling,
@@ -107,6 +110,8 @@ class NodeAgent:
         self._sampler_seen = 0.0
         self._sampler_errors_seen = 0
         self.metrics_port = config.metrics_port
+        self.board_id: str | None = None
+        self.mode_tables: ModeTables | None = None
 
     # --- lifecycle ---
 
@@ -120,6 +125,10 @@ class NodeAgent:
         self.state = load_state(self.config.state_file)
         self.state.node = self.node
         board = detect_board(self.root)
+        self.board_id = board.board_id
+        spec = BOARDS.get(board.board_id or "")
+        if spec is not None:  # boards whose CPU/EMC controls edgetrain knows (jetson-facts.md)
+            self.mode_tables = ModeTables(spec.cpu_cores, spec.cpu_freqs_hz, spec.emc_freqs_hz)
         simulated = (self.root / "run" / "edgetrain-twin").is_dir()
         backend = type(self.sensor).__name__
         self.metrics.node_info.labels(self.node, board.board_id or "unknown", board.l4t or "",
@@ -228,9 +237,10 @@ class NodeAgent:
     def _tick(self) -> None:
         with self._pods_lock:
             pods = list(self._pods.values())
-        desired = reconcile(pods, self.table)
+        desired = reconcile(pods, self.table, self.mode_tables)
         self._events.keep_only({p["metadata"]["uid"] for p in pods})
         self._announce(desired)
+        self._apply_mode(desired)  # the mode first: profiles were measured mode, then clock
         self._apply(desired)
         self._guard(desired)
         self._update_metrics(desired, pods)
@@ -271,7 +281,8 @@ class NodeAgent:
                                                     max_freq_hz=saved.max_hz))
                 log.info("restored GPU range %s-%s (was held for %s)", _mhz(saved.min_hz),
                          _mhz(saved.max_hz), st.owner)
-                self.state = PinState(node=self.node)
+                self.state = PinState(node=self.node, saved_mode_files=st.saved_mode_files,
+                                      applied_mode=st.applied_mode, mode_owner=st.mode_owner)
                 save_state(path, self.state)
             return
         if not st.holding:
@@ -303,6 +314,37 @@ class NodeAgent:
                 self._event(desired.owner, "GpuFrequencyPinned",
                             f"node {self.node}: GPU pinned at {_mhz(target.min_hz)} "
                             f"(requested {_mhz(desired.freq_hz)})")
+
+    def _apply_mode(self, desired: Desired) -> None:
+        """Set the pinned pod's CPU cores, CPU clock cap and EMC clock; put the originals back
+        when no pod asks (also after a restart: they are in the state file)."""
+        st, path = self.state, self.config.state_file
+        if desired.mode is None:
+            if st.saved_mode_files is not None and self.board_id in BOARDS:
+                assert self.board_id is not None
+                PowerModeWriter(self.root, self.board_id, st.saved_mode_files).restore()
+                log.info("restored the power mode (was held for %s)", st.mode_owner)
+                st.saved_mode_files = st.applied_mode = st.mode_owner = None
+                save_state(path, st)
+            return
+        mode, owner = desired.mode, desired.mode_owner
+        target = [mode.cpu_cores, mode.cpu_freq_hz, mode.emc_freq_hz]
+        if st.applied_mode == target:
+            return
+        assert self.board_id is not None and owner is not None  # mode_tables imply a board
+        writer = PowerModeWriter(self.root, self.board_id, st.saved_mode_files)
+        st.saved_mode_files = writer.snapshot()
+        save_state(path, st)  # persist what to restore before changing anything
+        try:
+            writer.apply(*target)
+        except OSError as exc:
+            self._event(owner, "PowerModeFailed", f"node {self.node}: {exc}", "Warning")
+            raise
+        st.applied_mode, st.mode_owner = target, owner.key
+        save_state(path, st)
+        self._event(owner, "PowerModeSet",
+                    f"node {self.node}: {mode.cpu_cores} CPU cores at ≤ {_mhz(mode.cpu_freq_hz)},"
+                    f" EMC {_mhz(mode.emc_freq_hz)}")
 
     def _guard(self, desired: Desired) -> None:
         st = self.state

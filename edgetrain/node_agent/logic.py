@@ -13,11 +13,30 @@ from edgetrain.api.keys import (
     ANNOTATION_TRAINING_ACCURACY,
     ANNOTATION_TRAINING_SAMPLES,
     JOB_LABELS,
+    POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.kube import Obj
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
+
+
+@dataclass(frozen=True)
+class ModeRequest:
+    """The non-GPU part of a full power mode a pod asks for."""
+
+    cpu_cores: int
+    cpu_freq_hz: int
+    emc_freq_hz: int
+
+
+@dataclass(frozen=True)
+class ModeTables:
+    """What the board can set: core count and the CPU and EMC clock tables."""
+
+    cpu_cores: int
+    cpu_freqs_hz: tuple[int, ...]
+    emc_freqs_hz: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,7 @@ class PodRequest:
     freq_hz: int | None = None  # already snapped onto the frequency table
     requested_hz: int | None = None  # as written in the annotation
     power_limit_w: float | None = None
+    mode: ModeRequest | None = None  # snapped onto the board's tables
     problems: tuple[str, ...] = ()  # annotation values that were rejected or adjusted
 
     @property
@@ -57,10 +77,12 @@ class Desired:
     limit_owner: PodRequest | None = None
     requests: tuple[PodRequest, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
+    mode: ModeRequest | None = None  # the pinned pod's power mode (or the first one asked)
+    mode_owner: PodRequest | None = None
 
     @property
     def active(self) -> bool:
-        """True if any pod asks for a pin or a power limit."""
+        """True if any pod asks for a pin or a power limit (a mode alone holds no GPU range)."""
         return self.freq_hz is not None or self.power_limit_w is not None
 
     @property
@@ -91,13 +113,58 @@ def snap_down(freq_hz: int, table: Sequence[int]) -> int:
     return below[-1] if below else ordered[0]
 
 
-def pod_request(pod: Obj, table: Sequence[int]) -> PodRequest | None:
-    """The request of one pod, or None if it is finished or carries neither annotation."""
+def _positive_int(raw: str) -> int | None:
+    try:
+        value = int(float(raw))
+    except (ValueError, OverflowError):
+        return None
+    return value if value > 0 else None
+
+
+def mode_request(
+    ann: Mapping[str, str], tables: ModeTables | None, problems: list[str]
+) -> ModeRequest | None:
+    """The power mode of a pod's annotations snapped onto the board's tables (None: not asked,
+    incomplete, invalid or unsupported; each case appends to `problems`)."""
+    given = [k for k in POWER_MODE_ANNOTATIONS if k in ann]
+    if not given:
+        return None
+    if len(given) != len(POWER_MODE_ANNOTATIONS):
+        missing = [k for k in POWER_MODE_ANNOTATIONS if k not in ann]
+        problems.append(f"a power mode needs all of {', '.join(POWER_MODE_ANNOTATIONS)};"
+                        f" missing {', '.join(missing)}; power mode ignored")
+        return None
+    values = [_positive_int(str(ann[k]).strip()) for k in POWER_MODE_ANNOTATIONS]
+    bad = [f"{k}={ann[k]!r}" for k, v in zip(POWER_MODE_ANNOTATIONS, values, strict=True)
+           if v is None]
+    if bad:
+        problems.append(f"{', '.join(bad)} not a positive integer; power mode ignored")
+        return None
+    cores, cpu, emc = (int(v or 0) for v in values)
+    if tables is None:
+        problems.append("this board's CPU and memory clock controls are unknown to the agent;"
+                        " power mode ignored (the GPU frequency is still pinned)")
+        return None
+    snapped = ModeRequest(min(cores, tables.cpu_cores), snap_down(cpu, tables.cpu_freqs_hz),
+                          snap_down(emc, tables.emc_freqs_hz))
+    if snapped != ModeRequest(cores, cpu, emc):
+        problems.append(
+            f"power mode {cores} cores, CPU {cpu} Hz, EMC {emc} Hz is not on this board's"
+            f" tables; using {snapped.cpu_cores} cores, CPU {snapped.cpu_freq_hz} Hz,"
+            f" EMC {snapped.emc_freq_hz} Hz")
+    return snapped
+
+
+def pod_request(
+    pod: Obj, table: Sequence[int], mode_tables: ModeTables | None = None
+) -> PodRequest | None:
+    """The request of one pod, or None if it is finished or asks for nothing."""
     if not pod_active(pod):
         return None
     meta = pod.get("metadata", {})
     ann = meta.get("annotations") or {}
-    if ANNOTATION_GPU_FREQUENCY_HZ not in ann and ANNOTATION_POWER_LIMIT_WATTS not in ann:
+    if (ANNOTATION_GPU_FREQUENCY_HZ not in ann and ANNOTATION_POWER_LIMIT_WATTS not in ann
+            and not any(k in ann for k in POWER_MODE_ANNOTATIONS)):
         return None
     problems: list[str] = []
     freq: int | None = None
@@ -134,17 +201,21 @@ def pod_request(pod: Obj, table: Sequence[int]) -> PodRequest | None:
             problems.append(f"{ANNOTATION_POWER_LIMIT_WATTS}={raw!r} is not a positive number of "
                             "watts; ignored")
             limit = None
+    mode = mode_request(ann, mode_tables, problems)
     return PodRequest(
         namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")), training_job=training_job(pod), freq_hz=freq,
-        requested_hz=requested, power_limit_w=limit, problems=tuple(problems),
+        requested_hz=requested, power_limit_w=limit, mode=mode, problems=tuple(problems),
     )
 
 
-def reconcile(pods: Iterable[Obj], table: Sequence[int]) -> Desired:
+def reconcile(
+    pods: Iterable[Obj], table: Sequence[int], mode_tables: ModeTables | None = None
+) -> Desired:
     """Desired state of the node from its pods: the lowest requested frequency wins (ties go
-    to the first pod by namespace/name), and so does the lowest power limit."""
-    requests = sorted((r for p in pods if (r := pod_request(p, table)) is not None),
+    to the first pod by namespace/name), and so does the lowest power limit. The power mode
+    comes with the pinned pod (its profile was measured in that mode), else the first asked."""
+    requests = sorted((r for p in pods if (r := pod_request(p, table, mode_tables)) is not None),
                       key=lambda r: r.key)
     freq_reqs = sorted((r for r in requests if r.freq_hz is not None),
                        key=lambda r: (r.freq_hz, r.key))
@@ -154,6 +225,8 @@ def reconcile(pods: Iterable[Obj], table: Sequence[int]) -> Desired:
     conflicts = tuple(Conflict(owner, r) for r in freq_reqs[1:]
                       if owner is not None and r.freq_hz != owner.freq_hz)
     limit_owner = limit_reqs[0] if limit_reqs else None
+    mode_owner = (owner if owner is not None and owner.mode is not None
+                  else next((r for r in requests if r.mode is not None), None))
     return Desired(
         freq_hz=owner.freq_hz if owner else None,
         owner=owner,
@@ -161,6 +234,8 @@ def reconcile(pods: Iterable[Obj], table: Sequence[int]) -> Desired:
         limit_owner=limit_owner,
         requests=tuple(requests),
         conflicts=conflicts,
+        mode=mode_owner.mode if mode_owner else None,
+        mode_owner=mode_owner,
     )
 
 

@@ -28,6 +28,11 @@ class PinState(BaseModel):
     guard_cap_hz: int | None = None
     guard_signature: list[float | None] | None = None
     guard_steps: int = 0
+    # Full power mode (CPU cores and clock cap, EMC clock): the files' originals, by path under
+    # the sysfs root, recorded before the first write; None when no mode is applied.
+    saved_mode_files: dict[str, str] | None = None
+    applied_mode: list[int] | None = None  # [cpu_cores, cpu_freq_hz, emc_freq_hz]
+    mode_owner: str | None = None
 
     @property
     def holding(self) -> bool:

@@ -406,6 +406,8 @@ class _Step:
             node=node, device_model=model, batch_size=result.batch_size,
             gpu_frequency_hz=result.gpu_freq_hz,
             gpu_frequency_m_hz=round(result.gpu_freq_hz / 1e6),
+            cpu_cores=result.cpu_cores, cpu_frequency_hz=result.cpu_freq_hz,
+            emc_frequency_hz=result.emc_freq_hz,
             power_watts=result.power_w, power_limit_watts=spec.power_limit_watts,
             predicted_seconds=result.predicted_seconds, relative_time=result.relative_time,
             objective=spec.strategy.objective.value, baselines=ph.baselines(result),
@@ -516,7 +518,8 @@ class _Step:
         body = mf.train_job(self.world.job, self.spec, self.settings, node=sel.node,
                             batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
                             attempt=training.attempt, ckpt_dir=ckpt, carry_from=carry,
-                            inject=self.inject("train", status.attempts.train))
+                            inject=self.inject("train", status.attempts.train),
+                            power_mode=ph.power_mode(sel))
         self.act(Create("batch/v1", "jobs", body))
         training.job, training.node, training.checkpoint_dir = (
             body["metadata"]["name"], sel.node, ckpt)

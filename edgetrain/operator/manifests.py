@@ -21,6 +21,7 @@ from edgetrain.api.keys import (
     LABEL_L4T,
     LABEL_MODEL,
     LABEL_PHASE,
+    POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.api.workload_spec import (
     estimate_argv,
@@ -351,8 +352,10 @@ def train_job(
     ckpt_dir: str,
     carry_from: str | None = None,
     inject: str | None = None,
+    power_mode: tuple[int, int, int] | None = None,
 ) -> Obj:
-    """A Job pinned to `node` running `edgetrain train` at b, annotated with f and the limit."""
+    """A Job pinned to `node` running `edgetrain train` at b, annotated with f and the limit
+    (and the CPU cores, CPU and EMC clocks of `power_mode`, which the node agent sets)."""
     name = short_name(patj["metadata"]["name"], f"train-{attempt}")
     labels = _common_labels(patj, "train")
     limit = spec.power_limit_watts
@@ -362,6 +365,8 @@ def train_job(
     }
     if not annotations[ANNOTATION_POWER_LIMIT_WATTS]:
         del annotations[ANNOTATION_POWER_LIMIT_WATTS]
+    if power_mode is not None:
+        annotations.update(zip(POWER_MODE_ANNOTATIONS, map(str, power_mode), strict=True))
     cmd = [
         "edgetrain", "train", *train_argv(train_spec(spec, batch_size, _weights(spec))),
         "--checkpoint-dir", ckpt_dir,

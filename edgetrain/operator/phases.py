@@ -16,6 +16,7 @@ from edgetrain.api.job_status import (
     PlanPointStatus,
     PowerAwareTrainingJobStatus,
     ProfileStatus,
+    SelectionStatus,
     TrainingStatus,
 )
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
@@ -236,6 +237,13 @@ def plan_for(
     """The plan on one device model's profile."""
     return make_plan(Lut.from_points(points), efficiency, spec.power_limit_w,
                      metric=spec.strategy.power_metric, objective=spec.strategy.objective)
+
+
+def power_mode(sel: SelectionStatus) -> tuple[int, int, int] | None:
+    """(CPU cores, CPU Hz, EMC Hz) of a plan over full power modes; None for GPU-only plans."""
+    if sel.cpu_cores and sel.cpu_frequency_hz and sel.emc_frequency_hz:
+        return (sel.cpu_cores, sel.cpu_frequency_hz, sel.emc_frequency_hz)
+    return None
 
 
 def baselines(plan: PlanResult) -> dict[str, PlanPointStatus]:

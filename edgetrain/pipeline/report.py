@@ -74,6 +74,25 @@ def _heatmap(
     ax.legend(fontsize=7, loc="upper left")
 
 
+def _mode_scatter(ax: Axes, lut: Lut, outcome: RunOutcome, limit_w: float) -> None:
+    """Time per sample against power for every (b, mode) cell, the choice and baselines marked."""
+    power = lut.power(outcome.plan.power_metric)
+    for i, b in enumerate(lut.batch_sizes):
+        ok = lut.measured[i]
+        ax.scatter(power[i][ok], lut.time_per_sample_s[i][ok] * 1e3, s=4, alpha=0.5,
+                   label=f"b={int(b)}")
+    for name, point in _points(outcome).items():
+        marker, color = MARKERS.get(name, ("o", "black"))
+        ax.plot(point.power_w, point.time_per_sample_s * 1e3, marker, color=color,
+                markersize=11, markeredgecolor="white", label=name)
+    if math.isfinite(limit_w):
+        ax.axvline(limit_w, color="red", linestyle="--", label=f"limit {limit_w:g} W")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{outcome.plan.power_metric.value} power (W)")
+    ax.set_ylabel("ms per sample")
+    ax.legend(fontsize=6, ncol=2, loc="upper right")
+
+
 def write_report(outcome: RunOutcome, folder: Path) -> Path:
     """Write report.json and the plots into `folder`; returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -83,16 +102,26 @@ def write_report(outcome: RunOutcome, folder: Path) -> Path:
     limit = outcome.spec.power_limit_w
     device = outcome.device_model
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    _heatmap(ax, lut, lut.time_per_sample_s * 1e3, "ms per sample", outcome, limit)
-    ax.set_title(_title(f"time per sample, {outcome.spec.model.architecture} on {device}", sim))
-    _save(fig, folder / "time-heatmap.png")
-
     metric = outcome.plan.power_metric
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    _heatmap(ax, lut, lut.power(metric), f"{metric.value} power (W)", outcome, limit)
-    ax.set_title(_title(f"{metric.value} power on {device}, limit {limit:g} W", sim))
-    _save(fig, folder / "power-heatmap.png")
+    if lut.has_full_modes:
+        # Thousands of (b, power mode) cells: a b × mode heatmap is unreadable, a scatter is not.
+        fig, ax = plt.subplots(figsize=(8, 5))
+        _mode_scatter(ax, lut, outcome, limit)
+        ax.set_title(_title(
+            f"{outcome.spec.model.architecture} on {device}: every (b, power mode)"
+            f" ({outcome.profile_metadata.measured_points} measured, rest predicted)", sim))
+        _save(fig, folder / "modes.png")
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        _heatmap(ax, lut, lut.time_per_sample_s * 1e3, "ms per sample", outcome, limit)
+        ax.set_title(
+            _title(f"time per sample, {outcome.spec.model.architecture} on {device}", sim))
+        _save(fig, folder / "time-heatmap.png")
+
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        _heatmap(ax, lut, lut.power(metric), f"{metric.value} power (W)", outcome, limit)
+        ax.set_title(_title(f"{metric.value} power on {device}, limit {limit:g} W", sim))
+        _save(fig, folder / "power-heatmap.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     names, values, colors = [], [], []
@@ -129,16 +158,23 @@ def write_report(outcome: RunOutcome, folder: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if outcome.power_trace:
         t, p = (np.asarray(v) for v in zip(*outcome.power_trace, strict=True))
-        ax.plot(t, p, linewidth=0.5, color="tab:blue", alpha=0.4, label="sampled")
-        # Minibatches alternate busy and host gaps; a 1 s mean shows the level being held.
-        width = max(1, int(np.searchsorted(t, t[0] + 1.0)))
-        if len(p) > width:
-            mean = np.convolve(p, np.ones(width) / width, mode="valid")
-            ax.plot(t[width - 1 :], mean, color="tab:blue", linewidth=1.8, label="1 s mean")
+        ax.step(t, p, where="pre", linewidth=0.6, color="tab:blue", alpha=0.35,
+                label="per minibatch")
+        # The level being held: mean power over a sliding window of device time (from the
+        # cumulative energy, so stretches of any length weigh by their duration).
+        window_s = float(t[-1]) / 40
+        energy = np.concatenate([[0.0], np.cumsum(p * np.diff(np.concatenate([[0.0], t])))])
+        edges = np.concatenate([[0.0], t])
+        if window_s > 0 and len(t) > 40:
+            start = np.clip(t - window_s, 0.0, None)
+            mean = (energy[1:] - np.interp(start, edges, energy)) / np.maximum(t - start, 1e-12)
+            ax.plot(t, mean, color="tab:blue", linewidth=1.8,
+                    label=f"mean over {window_s:.2g} s")
+        ax.set_xlim(0, float(t[-1]))
     if math.isfinite(limit):
         ax.axhline(limit, color="red", linestyle="--", label=f"limit {limit:g} W")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_xlabel("wall time since training start (s)")
+    ax.set_xlabel("device time since training start (s)" + (", simulated" if sim else ""))
     ax.set_ylabel("board power (W)")
     ax.set_title(_title(f"power while training on {device}", sim))
     _save(fig, folder / "power-trace.png")

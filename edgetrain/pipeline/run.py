@@ -25,6 +25,7 @@ from edgetrain.api.profile import (
 )
 from edgetrain.api.training import TrainResult
 from edgetrain.api.workload_spec import estimate_spec, profile_spec, train_spec
+from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
 from edgetrain.pipeline.validate import validate_job
@@ -65,7 +66,9 @@ class RunOutcome(BaseModel):
     device: str | None = None  # where training ran (cpu, cuda:N); also in training.device
     precision: str | None = None
     training_wall_s: float
-    power_trace: list[tuple[float, float]]  # (seconds since training start, W)
+    # (device seconds since training start, mean board W over the minibatches ending then):
+    # on the device's clock, so a twin's trace reads like a real board's.
+    power_trace: list[tuple[float, float]]
 
 
 def resolve_weights(spec: PowerAwareTrainingJobSpec, reporter: Reporter | None) -> Path | None:
@@ -130,11 +133,6 @@ def _profile_phase(
     meta = read_profile_metadata(path) if path.is_file() else None
     if meta is not None:
         return read_profile(path), meta, PhaseRecord(cached=True, wall_s=0.0, path=str(path))
-    if spec.strategy.profiling == "predicted":
-        raise BadInputError(
-            "spec.strategy.profiling: 'predicted' needs the predictor (edgetrain profile"
-            " --strategy predicted); use frontier or full here"
-        )
     run = profile(
         profile_spec(spec),
         session,
@@ -179,18 +177,24 @@ def run_job(
             batch_size=result.batch_size,
             busy=True,
         )
-        session.pin(result.gpu_freq_hz)
-        session.set_workload(workload)
-        started = time.monotonic()
-        training = train(
-            train_spec(spec, result.batch_size, weights),
-            workdir / "checkpoints",
-            meter=SessionMeter(session, workload),
-            reporter=reporter,
-            task=task,
-        )
-        ended = time.monotonic()
-        trace = [(s.timestamp_s - started, s.power_w) for s in session.sampler.samples(started)]
+        with contextlib.ExitStack() as stack:
+            if result.cpu_cores and result.cpu_freq_hz and result.emc_freq_hz:
+                # A full power mode (predicted profiles): set it as profiled, restore after.
+                modes = stack.enter_context(PowerModeWriter(session.root, session.board_name))
+                modes.apply(result.cpu_cores, result.cpu_freq_hz, result.emc_freq_hz)
+                modes.wait_applied(result.cpu_cores, result.cpu_freq_hz, result.emc_freq_hz)
+            session.pin(result.gpu_freq_hz)
+            session.set_workload(workload)
+            meter = SessionMeter(session, workload)
+            started = time.monotonic()
+            training = train(
+                train_spec(spec, result.batch_size, weights),
+                workdir / "checkpoints",
+                meter=meter,
+                reporter=reporter,
+                task=task,
+            )
+            ended = time.monotonic()
     return RunOutcome(
         spec=spec,
         device_model=session.board_name,
@@ -205,5 +209,5 @@ def run_job(
         device=training.device,
         precision=training.precision,
         training_wall_s=ended - started,
-        power_trace=trace,
+        power_trace=meter.power_trace(),
     )

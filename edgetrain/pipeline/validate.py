@@ -158,12 +158,6 @@ def _standalone_problems(spec: PowerAwareTrainingJobSpec, bad: _Bad) -> None:
             hint=f"boards: {_known(list(BOARDS))}",
         )
         return
-    if spec.strategy.profiling == "predicted":
-        bad(
-            "strategy.profiling",
-            "'predicted' needs the predictor (edgetrain profile --strategy predicted)",
-            hint="use frontier or full in a job for edgetrain run",
-        )
     if board_name is None:
         _local_device_problems(bad)
         return

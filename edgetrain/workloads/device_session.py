@@ -16,7 +16,14 @@ from edgetrain.device import (
     resolve_root,
     select_power_sensor,
 )
-from edgetrain.device.sim import PowerMode, TwinWorkload, ground_truth, read_state, write_workload
+from edgetrain.device.sim import (
+    GroundTruth,
+    PowerMode,
+    TwinWorkload,
+    ground_truth,
+    read_state,
+    write_workload,
+)
 from edgetrain.workloads import workload_cost
 
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
@@ -86,8 +93,13 @@ class DeviceSession:
 
     def minibatch_time_s(self, workload: TwinWorkload, gpu_freq_hz: int, wall_s: float) -> float:
         """Device time of one minibatch: the twin's model, or the measured wall time."""
+        truth = self.minibatch_truth(workload, gpu_freq_hz)
+        return wall_s if truth is None else truth.time_per_batch_s
+
+    def minibatch_truth(self, workload: TwinWorkload, gpu_freq_hz: int) -> GroundTruth | None:
+        """On a twin, its model of one minibatch in the current power mode (None on a board)."""
         if not self.simulated:
-            return wall_s
+            return None
         state = read_state(self.root)
         mode = (
             PowerMode(
@@ -99,39 +111,63 @@ class DeviceSession:
             else None
         )
         cost = workload_cost(workload.model, workload.input_shape, workload.num_classes)
-        truth = ground_truth(self.board_name, cost, workload.batch_size, gpu_freq_hz, mode)
-        return truth.time_per_batch_s
+        return ground_truth(self.board_name, cost, workload.batch_size, gpu_freq_hz, mode)
 
 
 class SessionMeter:
     """Device time and energy of training steps on a session (twin: simulated device time).
 
-    Energy integrates the sampled board power over each step's device time; peak is the largest
-    sample seen while training. Both come from the power sensor, real or twin.
+    On a board, energy integrates the sampled power over each step and peak is the largest
+    sample. On a twin, each minibatch is the twin's model of it (time, mean and busy power in
+    the current mode): its live sensor cycles busy/gap on the host's clock, which a CPU-bound
+    trainer samples at random phases, so sampling it would read a fast GPU as mostly idle.
     """
 
-    def __init__(self, session: DeviceSession, workload: TwinWorkload) -> None:
+    def __init__(
+        self, session: DeviceSession, workload: TwinWorkload, max_trace_points: int = 4096
+    ) -> None:
         self.session = session
         self.workload = workload
         self._usage = DeviceUsage(energy_j=0.0, peak_power_w=0.0, simulated=session.simulated)
         self._seen_until_s = time.monotonic()
+        # (device seconds at the end of a stretch of minibatches, mean W over it): the trace on
+        # the device's own clock, so a twin's host-side gaps (CPU training is slower than the
+        # simulated GPU) do not show as idle device time.
+        self._trace: list[tuple[float, float, float]] = []  # (end s, energy J, device s)
+        self._max_trace_points = max(2, max_trace_points)
 
     def step(self, batch_size: int, wall_s: float) -> None:
         """Account one minibatch."""
         now = time.monotonic()
         freq = self.session.devfreq.cur_freq_hz()
-        device_s = self.session.minibatch_time_s(self.workload, freq, wall_s)
+        truth = self.session.minibatch_truth(self.workload, freq)
         recent = self.session.sampler.samples(self._seen_until_s, now)
         self._seen_until_s = now
-        power_w = (
-            sum(s.power_w for s in recent) / len(recent)
-            if recent
-            else self.session.sampler.source.read_total_w()
-        )
+        if truth is not None:
+            device_s, power_w, peaks = truth.time_per_batch_s, truth.mean_power_w, [
+                truth.peak_power_w
+            ]
+        else:
+            device_s, peaks = wall_s, [s.power_w for s in recent]
+            power_w = (
+                sum(peaks) / len(peaks) if peaks else self.session.sampler.source.read_total_w()
+            )
         usage = self._usage
         usage.device_time_s += device_s
         usage.energy_j = (usage.energy_j or 0.0) + power_w * device_s
-        usage.peak_power_w = max([usage.peak_power_w or 0.0, *(s.power_w for s in recent)])
+        usage.peak_power_w = max([usage.peak_power_w or 0.0, *peaks])
+        self._trace.append((usage.device_time_s, power_w * device_s, device_s))
+        if len(self._trace) > self._max_trace_points:
+            # Halve the resolution, keeping energy: a long training's trace stays bounded.
+            pairs = zip(self._trace[0::2], self._trace[1::2], strict=False)
+            merged = [(b[0], a[1] + b[1], a[2] + b[2]) for a, b in pairs]
+            if len(self._trace) % 2:
+                merged.append(self._trace[-1])
+            self._trace = merged
+
+    def power_trace(self) -> list[tuple[float, float]]:
+        """(device seconds since the meter started, mean board W over the stretch ending then)."""
+        return [(t, e / d if d > 0 else 0.0) for t, e, d in self._trace]
 
     def usage(self) -> DeviceUsage:
         """Totals so far."""

@@ -193,3 +193,40 @@ def test_power_guard_steps_down_one_level_at_a_time(kube: KubeClient, namespace:
     assert rng(root) == final
     delete_and_wait(kube, namespace, "hot")
     wait_until(lambda: rng(root) == original, 10, "restored after the guarded pod")
+
+
+def test_power_mode_is_set_held_across_a_restart_and_restored(
+    kube: KubeClient, namespace: str, nano: Any, agent: AgentProcess
+) -> None:
+    """A training pod planned on a full power mode: the agent sets CPU cores, CPU cap and EMC
+    on the twin with the GPU pin, and puts the originals back, also after a crash."""
+    from edgetrain.api.keys import POWER_MODE_ANNOTATIONS
+    from edgetrain.device.sim import read_state
+
+    root: Path = nano.host_root
+
+    def mode() -> tuple[int, int, int]:
+        st = read_state(root)
+        assert st is not None
+        return (st.cpu_cores, st.cpu_freq_hz, st.emc_freq_hz)
+
+    original = mode()
+    wanted = (2, 921_600_000, 1_600_000_000)  # near the Nano's 5 W preset, on its tables
+    assert wanted != original
+    agent.start()
+    pod = sleeper_pod("moded", NODE, 120, freq_hz=460_800_000)
+    pod["metadata"]["annotations"].update(
+        zip(POWER_MODE_ANNOTATIONS, map(str, wanted), strict=True))
+    create(kube, namespace, pod)
+    wait_until(lambda: mode() == wanted, 20, "power mode applied on the twin")
+    assert rng(root) == (460_800_000, 460_800_000)
+    assert events(kube, namespace, "PowerModeSet")
+    state = load_state(agent.state_file)
+    assert state.applied_mode == list(wanted) and state.saved_mode_files
+    # The agent dies holding the mode, the pod is deleted meanwhile: the restart restores it.
+    agent.kill()
+    delete_and_wait(kube, namespace, "moded")
+    assert mode() == wanted
+    agent.start()
+    wait_until(lambda: mode() == original, 10, "original power mode restored")
+    assert load_state(agent.state_file).saved_mode_files is None

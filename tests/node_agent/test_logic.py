@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, ANNOTATION_POWER_LIMIT_WATTS
+from edgetrain.api.keys import (
+    ANNOTATION_CPU_CORES,
+    ANNOTATION_CPU_FREQUENCY_HZ,
+    ANNOTATION_EMC_FREQUENCY_HZ,
+    ANNOTATION_GPU_FREQUENCY_HZ,
+    ANNOTATION_POWER_LIMIT_WATTS,
+)
 from edgetrain.node_agent.logic import (
     EventDeduper,
+    ModeRequest,
+    ModeTables,
     Range,
     guard_ceiling,
     guard_decision,
@@ -165,3 +174,56 @@ def test_dedupe_forgets_gone_objects() -> None:
     dd.first("b", "R", "m")
     dd.keep_only({"b"})
     assert dd.first("a", "R", "m") and not dd.first("b", "R", "m")
+
+
+# --- full power modes (plans from predicted profiles) ---
+
+MODES = ModeTables(cpu_cores=4, cpu_freqs_hz=(102_000_000, 918_000_000, 1_479_000_000),
+                   emc_freqs_hz=(204_000_000, 1_600_000_000))
+
+
+def mode_pod(name: str, freq: object = None, **mode: object) -> dict[str, Any]:
+    p = pod(name, freq)
+    keys = {"cores": ANNOTATION_CPU_CORES, "cpu": ANNOTATION_CPU_FREQUENCY_HZ,
+            "emc": ANNOTATION_EMC_FREQUENCY_HZ}
+    p["metadata"]["annotations"].update({keys[k]: str(v) for k, v in mode.items()})
+    return p
+
+
+@pytest.mark.parametrize(
+    ("mode", "want", "problem"),
+    [
+        ({"cores": 2, "cpu": 918_000_000, "emc": 1_600_000_000},
+         ModeRequest(2, 918_000_000, 1_600_000_000), None),
+        ({"cores": 8, "cpu": 1_000_000_000, "emc": 1_600_000_000},  # snapped down, said so
+         ModeRequest(4, 918_000_000, 1_600_000_000), "not on this board's tables"),
+        ({"cores": 2, "cpu": 918_000_000}, None, "missing edgetrain.io/emc-frequency-hz"),
+        ({"cores": "two", "cpu": 918_000_000, "emc": 1_600_000_000}, None,
+         "not a positive integer"),
+        ({"cores": 0, "cpu": 918_000_000, "emc": 1_600_000_000}, None, "not a positive integer"),
+    ],
+)
+def test_power_mode_annotations(mode: dict[str, object], want: ModeRequest | None,
+                                problem: str | None) -> None:
+    req = pod_request(mode_pod("a", 460_800_000, **mode), NANO, MODES)
+    assert req is not None and req.freq_hz == 460_800_000  # the GPU pin stands either way
+    assert req.mode == want
+    assert (problem is None) == (not req.problems)
+    if problem is not None:
+        assert problem in req.problems[0]
+
+
+def test_power_mode_on_a_board_without_tables_is_refused_with_a_reason() -> None:
+    req = pod_request(mode_pod("a", 460_800_000, cores=2, cpu=918_000_000, emc=204_000_000),
+                      NANO, None)
+    assert req is not None and req.mode is None and "unknown to the agent" in req.problems[0]
+
+
+def test_the_pinned_pods_mode_wins_and_a_mode_alone_pins_no_clock() -> None:
+    lo = mode_pod("lo", 307_200_000, cores=2, cpu=918_000_000, emc=204_000_000)
+    hi = mode_pod("hi", 921_600_000, cores=4, cpu=1_479_000_000, emc=1_600_000_000)
+    d = reconcile([hi, lo], NANO, MODES)
+    assert d.mode == ModeRequest(2, 918_000_000, 204_000_000)
+    assert d.mode_owner is not None and d.mode_owner.name == "lo"
+    alone = reconcile([mode_pod("m", cores=1, cpu=102_000_000, emc=204_000_000)], NANO, MODES)
+    assert alone.mode == ModeRequest(1, 102_000_000, 204_000_000) and not alone.active

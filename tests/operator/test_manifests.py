@@ -9,6 +9,7 @@ from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCY_HZ,
     ANNOTATION_INJECT_FAILURES,
     ANNOTATION_POWER_LIMIT_WATTS,
+    POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.settings import load_settings
@@ -84,6 +85,27 @@ def test_train_job_carries_plan_annotations() -> None:
     assert args[args.index("--dataset-limit") + 1] == "900"
     assert "--gpu-freq" not in args  # the node agent pins by default
     assert job["metadata"]["name"] == "j1-train-2"
+
+
+def test_train_job_carries_a_full_power_mode_for_the_agent() -> None:
+    from edgetrain.api.job_status import SelectionStatus
+    from edgetrain.operator.phases import power_mode
+
+    sel = SelectionStatus.model_validate({
+        "node": "n1", "deviceModel": "jetson-orin-nano", "batchSize": 16,
+        "gpuFrequencyHz": 1020000000, "gpuFrequencyMHz": 1020, "cpuCores": 1,
+        "cpuFrequencyHz": 1510400000, "emcFrequencyHz": 2133000000, "powerWatts": 9.9,
+        "powerLimitWatts": 10, "predictedSeconds": None, "relativeTime": 0.1,
+        "objective": "time"})
+    mode = power_mode(sel)
+    assert mode == (1, 1510400000, 2133000000)
+    assert power_mode(sel.model_copy(update={"cpu_cores": None})) is None  # GPU-only plan
+    job = mf.train_job(PATJ, SPEC, load_settings({}), node="n1", batch_size=16,
+                       gpu_frequency_hz=1020000000, attempt=1, ckpt_dir="/c", power_mode=mode)
+    ann = job["spec"]["template"]["metadata"]["annotations"]
+    assert {k: ann[k] for k in POWER_MODE_ANNOTATIONS} == {
+        "edgetrain.io/cpu-cores": "1", "edgetrain.io/cpu-frequency-hz": "1510400000",
+        "edgetrain.io/emc-frequency-hz": "2133000000"}
 
 
 def test_pin_in_pod_setting_and_carry() -> None:

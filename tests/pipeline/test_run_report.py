@@ -33,8 +33,15 @@ spec:
 """
 
 
-def _run(job: Path, tmp: Path, report: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(tmp / "cache")}
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the runs of JOB's variants: the predicted run reuses the estimate."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def _run(job: Path, tmp: Path, report: Path, *extra: str,
+         cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(cache or tmp / "cache")}
     return subprocess.run(
         [
             sys.executable,
@@ -56,10 +63,10 @@ def _run(job: Path, tmp: Path, report: Path, *extra: str) -> subprocess.Complete
     )
 
 
-def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
+def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(JOB)
-    first = _run(job, tmp_path, tmp_path / "r1")
+    first = _run(job, tmp_path, tmp_path / "r1", cache=shared_cache)
     assert first.returncode == 0, first.stderr
     outcome = RunOutcome.model_validate_json((tmp_path / "r1" / "report.json").read_text())
     assert outcome.simulated and outcome.device_model == "jetson-nano"
@@ -72,7 +79,7 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
     assert outcome.precision == "fp32" and outcome.efficiency.device == outcome.device
     assert outcome.profile_metadata.device == outcome.device
     assert outcome.training.usage.simulated and (outcome.training.usage.energy_j or 0) > 0
-    assert not outcome.efficiency_phase.cached and not outcome.profile_phase.cached
+    assert not outcome.profile_phase.cached
     assert outcome.profile_metadata.measured_points <= outcome.profile_metadata.grid_points
     assert {"B1", "B2"} <= set(outcome.plan.baselines)
     for name in (
@@ -87,8 +94,13 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = [json.loads(line) for line in first.stdout.splitlines()]
     assert {"efficiency", "plan", "result"} <= {e["event"] for e in events}
+    # The power trace is on the device's clock: it ends where training's device time ends.
+    trace_t = [t for t, _ in outcome.power_trace]
+    assert trace_t == sorted(trace_t) and len(trace_t) > 1
+    assert trace_t[-1] == pytest.approx(outcome.training.usage.device_time_s, rel=1e-6)
+    assert all(p > 0 for _, p in outcome.power_trace)
 
-    second = _run(job, tmp_path, tmp_path / "r2")
+    second = _run(job, tmp_path, tmp_path / "r2", cache=shared_cache)
     assert second.returncode == 0, second.stderr
     again = RunOutcome.model_validate_json((tmp_path / "r2" / "report.json").read_text())
     assert again.efficiency_phase.cached and again.profile_phase.cached
@@ -110,6 +122,14 @@ def test_run_with_a_missing_device_exits_2_and_writes_nothing(tmp_path: Path) ->
 def test_demo_job_loads() -> None:
     spec = load_job(Path(__file__).parents[2] / "examples" / "demo-nano.yaml")
     assert spec.placement.device == "sim:jetson-nano" and spec.power_limit_watts == 4
+
+
+def test_predicted_demo_job_passes_the_checks() -> None:
+    from edgetrain.pipeline.validate import job_problems
+
+    spec = load_job(Path(__file__).parents[2] / "examples" / "demo-orin-predicted.yaml")
+    assert spec.strategy.profiling == "predicted" and spec.strategy.predict_points == 20
+    assert job_problems(spec) == []
 
 
 @pytest.mark.parametrize(
@@ -162,3 +182,46 @@ def test_run_loads_the_target_set_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert outcome.training.samples > 0
     assert loads.count(("digits", None)) == 1, loads  # the target set (no limit in JOB)
     assert ("digits", 800) in loads  # the proxy, loaded by the estimate
+
+
+def test_run_with_predicted_profiling_plans_a_full_power_mode(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """`profiling: predicted`: k measured modes, the rest predicted, the plan's mode applied."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        JOB.replace("  gpuFrequenciesHz: [76800000, 230400000, 460800000]\n", "")
+        .replace("powerLimitWatts: 2.45", "powerLimitWatts: 3.5")
+        .replace("  placement:",
+                 "  strategy: {profiling: predicted, predictPoints: 8}\n  placement:")
+    )
+    proc = _run(job, tmp_path, tmp_path / "r", cache=shared_cache)
+    assert proc.returncode == 0, proc.stderr
+    outcome = RunOutcome.model_validate_json((tmp_path / "r" / "report.json").read_text())
+    assert not outcome.profile_phase.cached  # the strategy is part of the profile's key
+    meta = outcome.profile_metadata
+    assert meta.strategy == "predicted" and meta.measured_points == 8
+    assert meta.grid_points == len(outcome.profile) > 8 * 10  # every (b, mode), mostly predicted
+    plan = outcome.plan
+    assert None not in (plan.cpu_cores, plan.cpu_freq_hz, plan.emc_freq_hz)
+    assert plan.within_limit and plan.power_w <= 3.5
+    # Trained in the planned mode: per minibatch, the twin's model at that (b, f, CPU, EMC),
+    # whose power differs from the board's default mode (time may not: a GPU-bound model).
+    from edgetrain.device.sim import PowerMode, ground_truth
+    from edgetrain.workloads import workload_cost
+    from edgetrain.workloads.training import load_task
+
+    task = load_task("digits", None)
+    cost = workload_cost("resnet8-w025", tuple(task.x_train.shape[1:]), task.num_classes)
+    mode = PowerMode(cpu_cores=plan.cpu_cores, cpu_freq_hz=plan.cpu_freq_hz,
+                     emc_freq_hz=plan.emc_freq_hz)
+    planned = ground_truth("jetson-nano", cost, plan.batch_size, plan.gpu_freq_hz, mode)
+    default = ground_truth("jetson-nano", cost, plan.batch_size, plan.gpu_freq_hz)
+    usage = outcome.training.usage
+    steps = -(-outcome.training.samples // plan.batch_size)
+    assert usage.device_time_s / steps == pytest.approx(planned.time_per_batch_s, rel=0.02)
+    mean_w = (usage.energy_j or 0.0) / usage.device_time_s
+    assert planned.mean_power_w != default.mean_power_w
+    assert abs(mean_w - planned.mean_power_w) < abs(mean_w - default.mean_power_w)
+    assert (tmp_path / "r" / "modes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "r" / "time-heatmap.png").exists()

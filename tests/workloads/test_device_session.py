@@ -1,0 +1,30 @@
+"""SessionMeter on a twin: device time, energy and the power trace on the device's clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgetrain.device.sim import DeviceTwin, TwinWorkload
+from edgetrain.workloads.device_session import DeviceSession, SessionMeter
+
+
+def test_trace_is_on_device_time_bounded_and_keeps_energy(nano: DeviceTwin) -> None:
+    workload = TwinWorkload(model="resnet8-w025", input_shape=(1, 28, 28), num_classes=10,
+                            batch_size=16, busy=True)
+    with DeviceSession(nano.root) as session:
+        session.set_workload(workload)
+        meter = SessionMeter(session, workload, max_trace_points=8)
+        for _ in range(37):  # host-side gaps between steps are not device time
+            meter.step(16, wall_s=0.05)
+        usage = meter.usage()
+        trace = meter.power_trace()
+    assert 4 <= len(trace) <= 8  # halved whenever it outgrew the bound
+    times = [t for t, _ in trace]
+    assert times == sorted(times)
+    assert times[-1] == pytest.approx(usage.device_time_s)
+    # Merging stretches keeps energy: Σ mean W × stretch length = the meter's energy.
+    starts = [0.0, *times[:-1]]
+    energy_j = sum(p * (t - s) for (t, p), s in zip(trace, starts, strict=True))
+    assert energy_j == pytest.approx(usage.energy_j or 0.0, rel=1e-9)
+    # Device time is the twin's per-minibatch time, whatever the host's wall time per step was.
+    assert usage.device_time_s / 37 != pytest.approx(0.05, rel=0.05)
