@@ -142,5 +142,6 @@ def test_writes_outside_the_writable_mounts_fail(vnodes: VNodeAgent, kube: KubeC
     root, nonroot = results["root"], results["nonroot"]
     assert (root["uid"], nonroot["uid"], nonroot["gid"]) == (0, 65532, 65532)
     assert root["results"] == ["ok", "EROFS", "EROFS", "EROFS", "ok"], root
-    # As UID 65532 the devfreq file (root's, 0644) is refused too: only the emptyDir is left.
-    assert nonroot["results"] == ["EACCES", "EROFS", "EROFS", "EROFS", "ok"], nonroot
+    # As UID 65532 the existing root-owned files (0644) are refused by permission before the
+    # mount is asked (EACCES), new files by the read-only mount (EROFS): only the emptyDir.
+    assert nonroot["results"] == ["EACCES", "EACCES", "EROFS", "EROFS", "ok"], nonroot
