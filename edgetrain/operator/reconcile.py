@@ -105,13 +105,16 @@ class Reconciler:
                 return f"{plural[:-1]} {obj['metadata']['name']}"
         return None
 
-    def ensure_rbac(self, ns: str) -> None:
-        """The worker ServiceAccount, Role and RoleBinding in `ns` (once per operator run)."""
+    def worker_identity_missing(self, ns: str) -> bool:
+        """True if `ns` lacks the worker ServiceAccount, which the chart creates per namespace
+        (the operator creates no RBAC); found ones are remembered for this operator run."""
         if ns in self._rbac_done:
-            return
-        for api_version, plural, obj in mf.worker_rbac(ns, self.settings):
-            self._create(api_version, plural, obj)
+            return False
+        sa = self.settings.worker_service_account
+        if self.kube.get_or_none(api_path("v1", "serviceaccounts", ns, sa)) is None:
+            return True
         self._rbac_done.add(ns)
+        return False
 
     # --- entry point ---
 
@@ -196,7 +199,11 @@ class Reconciler:
         if problem is not None:  # fail before any pod runs: a typo must not cost an estimate
             step.events.append(ph.transition(step.status, Phase.failed, "BadInput", problem))
             return
-        self.ensure_rbac(ns)
+        if self.worker_identity_missing(ns):
+            step.events.append(ph.transition(step.status, Phase.failed, "NoWorkerIdentity",
+                                             ph.no_worker_identity(
+                                                 ns, self.settings.worker_service_account)))
+            return
         self._create("v1", "configmaps", mf.progress_configmap(patj))
         step.status.started_at = now_rfc3339()
         step.events.append(ph.transition(step.status, Phase.estimating, "Started",
