@@ -222,10 +222,18 @@ def test_schema_rejects_bad_values() -> None:
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 
 
-def restrict(kube: KubeClient, namespace: str) -> None:
-    """What the README does before installing: the operator's namespace enforces `restricted`."""
+def restrict(kube: KubeClient, namespace: str) -> str:
+    """What the README does before installing: the operator's namespace enforces `restricted`.
+    Jobs go to a namespace of their own (the README's `default`), at the `baseline` level,
+    which the worker pods meet; returns its name."""
     kube.patch(api_path("v1", "namespaces", name=namespace),
                {"metadata": {"labels": {RESTRICTED: "restricted"}}}, "merge")
+    jobs = f"{namespace}-jobs"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": jobs, "labels": {RESTRICTED: "baseline"}}})
+    kube.wait_for(api_path("v1", "serviceaccounts", jobs, "default"), lambda _sa: True,
+                  timeout_s=30, what="default ServiceAccount")
+    return jobs
 
 
 @pytest.fixture
@@ -233,22 +241,23 @@ def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespa
             ) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
     name = "et"
-    restrict(kube, namespace)
+    jobs = restrict(kube, namespace)
     helm("install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s",
          "--set", f"agent.metrics.port={port}",
          "--set-json", "agent.guard.windowSeconds=1",
          "--set-json", "agent.tickSeconds=0.2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
          # The operator runs in-cluster too (a job through it: test_end_to_end.py).
-         "--set", f"operator.settings.namespaces={{{namespace}}}",
-         "--set", f"worker.namespaces={{{namespace}}}",
+         "--set", f"operator.settings.namespaces={{{jobs}}}",
+         "--set", f"worker.namespaces={{{jobs}}}",
          kubeconfig=cluster.kubeconfig)
     try:
-        yield {"name": name, "namespace": namespace, "port": port,
+        yield {"name": name, "namespace": namespace, "port": port, "jobs": jobs,
                "agent_namespace": f"{namespace}-node-agent"}
     finally:
         helm("uninstall", name, "-n", namespace, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
         wait_until(lambda: not kube.get("/api/v1/pods",
                                         labelSelector="app.kubernetes.io/instance=et")["items"],
                    60, "release pods gone")
@@ -261,9 +270,10 @@ def ready(address: str, port: int) -> bool:
         return False
 
 
-def can_i(cluster: LocalCluster, sa: str, verb: str, resource: str) -> bool:
+def can_i(cluster: LocalCluster, sa: str, verb: str, resource: str, namespace: str = "default",
+          ) -> bool:
     out = subprocess.run([str(binaries.kubectl()), "--kubeconfig", str(cluster.kubeconfig),
-                          "auth", "can-i", verb, resource, "--as", sa],
+                          "auth", "can-i", verb, resource, "--as", sa, "-n", namespace],
                          capture_output=True, text=True, timeout=30)
     return out.stdout.strip() == "yes"
 
@@ -271,7 +281,7 @@ def can_i(cluster: LocalCluster, sa: str, verb: str, resource: str) -> bool:
 def test_install_runs_the_agent_with_its_service_account(
         cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         release: dict[str, Any]) -> None:
-    ns, port, agent_ns = release["namespace"], release["port"], release["agent_namespace"]
+    port, agent_ns = release["port"], release["agent_namespace"]
     crd = kube.get_or_none(api_path("apiextensions.k8s.io/v1", "customresourcedefinitions",
                                     name="powerawaretrainingjobs.edgetrain.io"))
     assert crd is not None  # installed from the chart's crds/
@@ -307,10 +317,11 @@ def test_install_runs_the_agent_with_its_service_account(
     nano = next(n for n in vnodes.nodes if n.name == NODE)
     dev = GpuDevfreq.discover(nano.host_root)
     before = dev.current_range()
-    kube.create(api_path("v1", "pods", ns), sleeper_pod("train", NODE, 4, freq_hz=537_600_000))
+    jobs = release["jobs"]
+    kube.create(api_path("v1", "pods", jobs), sleeper_pod("train", NODE, 4, freq_hz=537_600_000))
     wait_until(lambda: dev.current_range().max_freq_hz == 537_600_000
                and dev.current_range().min_freq_hz == 537_600_000, 20, "pinned by the chart agent")
-    found = wait_until(lambda: events(kube, ns, "GpuFrequencyPinned"), 10, "pin event")
+    found = wait_until(lambda: events(kube, jobs, "GpuFrequencyPinned"), 10, "pin event")
     assert found[0]["source"]["component"] == "edgetrain-node-agent"
     wait_until(lambda: dev.current_range() == before, 30, "restored after the pod")
 
@@ -347,9 +358,12 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       ("patch", "nodes"), ("delete", "pods"), ("create", "pods")):
         assert not can_i(cluster, osa, verb, res), (verb, res)
     # The worker identity of the job namespace came from the chart: ConfigMaps only.
-    wsa = f"system:serviceaccount:{ns}:edgetrain-worker"
-    assert can_i(cluster, wsa, "create", "configmaps")
-    assert not can_i(cluster, wsa, "get", "secrets") and not can_i(cluster, wsa, "create", "pods")
+    jobs = release["jobs"]
+    wsa = f"system:serviceaccount:{jobs}:edgetrain-worker"
+    assert can_i(cluster, wsa, "create", "configmaps", jobs)
+    assert not can_i(cluster, wsa, "create", "configmaps", ns)  # its own namespace only
+    assert not can_i(cluster, wsa, "get", "secrets", jobs)
+    assert not can_i(cluster, wsa, "create", "pods", jobs)
     # The NetworkPolicies were accepted by the API server as rendered (no CNI here enforces
     # them: docs/operator.md says so).
     pols = kube.get(api_path("networking.k8s.io/v1", "networkpolicies", ns))["items"]

@@ -83,12 +83,12 @@ def start_prometheus(kube: KubeClient, namespace: str, tmp: Path,
 def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str,
             ) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
-    restrict(kube, namespace)  # the operator runs under the `restricted` Pod Security level
+    jobs = restrict(kube, namespace)  # the operator under `restricted`, jobs beside it
     helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
          "--set", f"agent.metrics.port={port}", "--set-json", "agent.guard.windowSeconds=2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
-         "--set", f"operator.settings.namespaces={{{namespace}}}",
-         "--set", f"worker.namespaces={{{namespace}}}",  # the chart's worker RBAC
+         "--set", f"operator.settings.namespaces={{{jobs}}}",
+         "--set", f"worker.namespaces={{{jobs}}}",  # the chart's worker RBAC
          "--set-json", "operator.settings.pollIntervalSeconds=1",
          "--set-json", "operator.settings.retryBackoffSeconds=1",
          "--set-json", "operator.settings.progressIntervalSeconds=0.5",
@@ -96,11 +96,12 @@ def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespa
                        '"value":"0.3"}]',
          kubeconfig=cluster.kubeconfig)
     try:
-        yield {"namespace": namespace, "port": port,
+        yield {"namespace": namespace, "port": port, "jobs": jobs,
                "agent_namespace": f"{namespace}-node-agent"}
     finally:
         helm("uninstall", "e2e", "-n", namespace, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
 
 
 def test_one_job_in_cluster_with_dashboards(
@@ -108,8 +109,8 @@ def test_one_job_in_cluster_with_dashboards(
         release: dict[str, Any], tmp_path: Path) -> None:
     from tests.operator.conftest import job_manifest, patj_path
 
-    ns = release["namespace"]
-    (op_pod,) = kube.get(api_path("v1", "pods", ns),
+    ns = release["jobs"]
+    (op_pod,) = kube.get(api_path("v1", "pods", release["namespace"]),
                          labelSelector="app.kubernetes.io/component=operator")["items"]
     assert op_pod["spec"]["serviceAccountName"] == "e2e-edgetrain-operator"
     nano = next(n for n in vnodes.nodes if n.name == NODE)
