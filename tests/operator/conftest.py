@@ -36,8 +36,10 @@ def enable_workers(kube: KubeClient, namespace: str) -> None:
     out = subprocess.run(
         [str(binaries.bin_dir() / "helm"), "template", "edgetrain", str(CHART),
          "--show-only", "templates/worker-rbac.yaml",
+         "--kube-version", binaries.K8S_VERSION.lstrip("v"),
          "--set", f"worker.namespaces={{{namespace}}}"],
-        capture_output=True, text=True, timeout=60, check=True)
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
     for doc in yaml.safe_load_all(out.stdout):
         if doc:
             kube.apply(doc, PLURALS[doc["kind"]])
