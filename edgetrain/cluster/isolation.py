@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgetrain.kube import Obj
@@ -67,7 +67,6 @@ class Isolation:
     # Capabilities left in the bounding set (None: the process keeps what it has).
     capabilities: frozenset[str] | None = None
     privileged: bool = False
-    notes: list[str] = field(default_factory=list, compare=False)
 
     @property
     def needed(self) -> bool:

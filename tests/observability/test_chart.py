@@ -396,3 +396,20 @@ def test_a_node_selector_matching_no_node_fails_the_install(
                  "--set", "checkNodeSelectors=false",  # the Jetsons join after the install
                  kubeconfig=cluster.kubeconfig, check=False)
     assert later.returncode == 0, later.stderr
+
+
+def test_worker_namespaces_by_label_at_install(
+        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str) -> None:
+    """worker.namespaceSelector: the chart finds the labelled namespaces when installed (Helm's
+    lookup) and gives each the worker ServiceAccount and RoleBinding; others get none."""
+    kube.patch(api_path("v1", "namespaces", name=namespace),
+               {"metadata": {"labels": {"edgetrain.io/workers": "enabled"}}}, "merge")
+    out = helm("install", "bylabel", str(CHART), "-n", namespace, "--dry-run=server",
+               "--set-json", 'worker.namespaceSelector={"edgetrain.io/workers":"enabled"}',
+               kubeconfig=cluster.kubeconfig)
+    manifest = out.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    assert {(d["kind"], d["metadata"]["namespace"]) for d in docs
+            if d["kind"] in ("RoleBinding", "ServiceAccount")
+            and d["metadata"]["name"] == "edgetrain-worker"} == {
+        ("RoleBinding", namespace), ("ServiceAccount", namespace)}
