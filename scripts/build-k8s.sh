@@ -38,6 +38,7 @@ if [[ "$GO" == "pypi" ]] || [[ -z "$GO" ]] || ! go_ok "$GO"; then
   go_ok "$GO" || { echo "build-k8s: $GO does not run" >&2; exit 1; }
 fi
 if [[ "${1:-}" == "--print-go" ]]; then "$GO" version; exit 0; fi
+if [[ "${1:-}" == "--print-go-path" ]]; then echo "$GO"; exit 0; fi
 
 # The wrapper go.mod is the single source of truth for the Kubernetes and etcd versions.
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$MOD_DIR/go.mod")"

@@ -25,7 +25,7 @@ KUBELET_PORT = 10250
 FOLLOW_POLL_S = 0.2
 # Host-wide claims on 127.0.0.N: virtual nodes of several clusters on one machine never share
 # an address. A claim is an flock on a file; it ends when its process does.
-ADDRESS_LOCK_DIR = Path(tempfile.gettempdir()) / "edgetrain-vnode-addresses"
+ADDRESS_LOCK_DIRNAME = "edgetrain-vnode-addresses"  # under the temp dir
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,10 @@ LogFinder = Callable[[str, str, str, bool], ContainerLog | str]
 class AddressClaim:
     """An exclusive loopback address 127.0.0.N (N ≥ 2; 127.0.0.1 stays the control plane's)."""
 
-    def __init__(self, lock_dir: Path = ADDRESS_LOCK_DIR) -> None:
+    def __init__(self, lock_dir: Path | None = None) -> None:
+        # Resolved here, not at import: importing the CLI must not need a writable temp dir
+        # (the chart's pods run with a read-only root file system).
+        lock_dir = lock_dir or Path(tempfile.gettempdir()) / ADDRESS_LOCK_DIRNAME
         lock_dir.mkdir(parents=True, exist_ok=True)
         for third in range(256):
             for fourth in range(2 if third == 0 else 1, 255):

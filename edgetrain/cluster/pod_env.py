@@ -52,6 +52,10 @@ class PodEnv:
         })
         pod = self.pod
         paths = PathMap.for_container(self.root, spec)
+        if any(m["mountPath"].rstrip("/") == "/tmp" for m in spec.get("volumeMounts", [])):
+            # The process shares the host's /tmp: point temp files at the pod's /tmp volume
+            # (with a read-only root file system it is the only writable temp directory).
+            env["TMPDIR"] = str(paths.host("/tmp"))
         for src in spec.get("envFrom", []):
             prefix = src.get("prefix", "")
             if "configMapRef" in src:

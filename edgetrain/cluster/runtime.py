@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgetrain.cluster import binaries
+from edgetrain.cluster.isolation import container_isolation
 from edgetrain.cluster.kubelet import ContainerLog
 from edgetrain.cluster.pod_env import PodEnv
 from edgetrain.cluster.pod_status import PodStatus
@@ -52,6 +53,14 @@ def default_executables() -> dict[str, list[str]]:
         "python3": [py],
         "kubectl": [str(binaries.kubectl())] if _has_kubectl() else ["kubectl"],
     }
+
+
+def _mountinfo() -> str:
+    """The host's mount table, which a read-only root file system makes read-only."""
+    try:
+        return Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return ""
 
 
 def _has_kubectl() -> bool:
@@ -319,16 +328,22 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
                 [expand_vars(paths.translate(a), env) for a in spec.get("args", [])],
                 self.node.agent.executables,
             )
-            self._mount(spec, paths)
+            mounts = self._mount(spec, paths)
+            term_log = paths.host(spec.get("terminationMessagePath") or TERMINATION_LOG)
+            # The kubelet mounts the termination log read-write into every container.
+            iso = container_isolation(self.pod["spec"], spec,
+                                      [*mounts, (os.path.realpath(term_log), False)],
+                                      _mountinfo())
         except (ValueError, KubeApiError) as exc:
             c.waiting_reason, c.waiting_message = "CreateContainerConfigError", str(exc)
             c.next_start_s = time.monotonic() + 2.0
             return
         workdir = paths.host(spec["workingDir"]) if spec.get("workingDir") else self.root
         workdir.mkdir(parents=True, exist_ok=True)
-        term_log = paths.host(spec.get("terminationMessagePath") or TERMINATION_LOG)
         term_log.parent.mkdir(parents=True, exist_ok=True)
-        term_log.unlink(missing_ok=True)
+        # Empty for each run, and writable by any UID, as the kubelet creates it (0666).
+        term_log.write_bytes(b"")
+        term_log.chmod(0o666)
         c.log_path = self.log_dir / c.name / f"{c.restart_count}.log"
         c.log_path.parent.mkdir(parents=True, exist_ok=True)
         with c.log_path.open("ab") as out:
@@ -338,9 +353,9 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
                     stderr=subprocess.STDOUT, start_new_session=True,
                     # The runner thread outlives its containers, so thread-scoped PDEATHSIG
                     # only fires when the agent itself dies.
-                    preexec_fn=die_with_parent,
+                    preexec_fn=iso.enter if iso.needed else die_with_parent,
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:
                 out.write(f"vnode: cannot start {argv[0]}: {exc}\n".encode())
                 c.terminated = {
                     "exitCode": 127 if isinstance(exc, FileNotFoundError) else 126,

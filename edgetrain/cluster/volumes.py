@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgetrain.vnode")
 
 TOKEN_REFRESH_FRACTION = 0.8
+API_DATA_VOLUMES = frozenset({"configMap", "secret", "downwardAPI", "projected"})
 
 
 class PodVolumes:
@@ -114,6 +116,8 @@ class PodVolumes:
             target.symlink_to(src)
             return
         target.mkdir(parents=True, exist_ok=True)
+        if "emptyDir" in vol:
+            target.chmod(0o777)  # the kubelet's mode: any UID of the pod may write it
         if "projected" in vol:
             for source in vol["projected"].get("sources", []):
                 self._projected(target, source)
@@ -131,7 +135,7 @@ class PodVolumes:
             audience = sat.get("audience")
             lifetime_s = max(int(sat.get("expirationSeconds", 3600)), 600)
             token = self._service_account_token(audience, lifetime_s)
-            write_atomic(target / sat["path"], token.encode(), 0o600)
+            self._write_token(target / sat["path"], token)
             # The kubelet renews a token once it is 80 % through its life.
             self._tokens[target / sat["path"]] = (
                 audience, lifetime_s, time.monotonic() + TOKEN_REFRESH_FRACTION * lifetime_s)
@@ -159,8 +163,15 @@ class PodVolumes:
                             self.pod_name, exc)
                 self._tokens[path] = (audience, lifetime_s, now + 5.0)
                 continue
-            write_atomic(path, token.encode(), 0o600)
+            self._write_token(path, token)
             self._tokens[path] = (audience, lifetime_s, now + TOKEN_REFRESH_FRACTION * lifetime_s)
+
+    def _write_token(self, path: Path, token: str) -> None:
+        """0600, owned by the pod's runAsUser when it sets one, as the kubelet writes it."""
+        write_atomic(path, token.encode(), 0o600)
+        sc = self.pod["spec"].get("securityContext") or {}
+        if sc.get("runAsUser") is not None:
+            os.chown(path, int(sc["runAsUser"]), int(sc.get("runAsGroup") or 0))
 
     def _service_account_token(self, audience: str | None, expiration_s: int) -> str:
         """A bound token for the pod's service account (TokenRequest API, like the kubelet)."""
@@ -178,14 +189,21 @@ class PodVolumes:
         path = api_path("v1", "serviceaccounts", self.namespace, sa, "token")
         return str(self.client.create(path, body)["status"]["token"])
 
-    def _mount(self, spec: Obj, paths: PathMap) -> None:
-        """Link each volumeMount (with subPath) at its translated container path."""
+    def _mount(self, spec: Obj, paths: PathMap) -> list[tuple[str, bool]]:
+        """Link each volumeMount (with subPath) at its translated container path; return
+        (resolved host path, read-only) per mount for the container's mount namespace."""
+        out: list[tuple[str, bool]] = []
+        kinds = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
         for m in spec.get("volumeMounts", []):
             src = self._volume_dir(m["name"])
             if m.get("subPath"):
                 src = src / m["subPath"]
                 if not src.exists():
                     src.mkdir(parents=True, exist_ok=True)
+            # Like the kubelet, API-data volumes are always read-only, whatever readOnly says.
+            read_only = bool(m.get("readOnly")) or bool(
+                API_DATA_VOLUMES & set(kinds.get(m["name"], {})))
+            out.append((os.path.realpath(src), read_only))
             dst = paths.host(m["mountPath"])
             if dst.is_symlink():
                 if dst.resolve() == src.resolve():
@@ -195,3 +213,4 @@ class PodVolumes:
                 continue  # a parent mount already placed something here
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.symlink_to(src)
+        return out

@@ -137,7 +137,8 @@ class GpuDevfreq:
                     "use GpuDevfreq.set_range, which orders the writes"
                 )
             elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                hint = "run as root; a pod needs privileged: true and a read-write hostPath /sys"
+                hint = ("run as root; a pod needs this devfreq directory mounted read-write "
+                        "(hostPath; the chart's agent.boards.<board>.gpuDevfreq), no privileged")
             else:
                 hint = "check that the devfreq node still exists"
             raise FrequencyWriteError(

@@ -221,8 +221,10 @@ class _Step:
         if problem is not None:  # fail before any pod runs: a typo must not cost an estimate
             self.go(Phase.failed, "BadInput", problem)
             return
-        for api_version, plural, obj in mf.worker_rbac(self.ns, self.settings):
-            self.act(Create(api_version, plural, obj))
+        if self.world.worker_identity is False:
+            self.go(Phase.failed, "NoWorkerIdentity",
+                    ph.no_worker_identity(self.ns, self.settings.worker_service_account))
+            return
         self.act(Create("v1", "configmaps", mf.progress_configmap(self.world.job)))
         self.status.started_at = now_rfc3339()
         self.go(Phase.estimating, "Started", "estimating the batch-size efficiency vector")

@@ -429,46 +429,6 @@ def progress_configmap(patj: Obj) -> Obj:
     }
 
 
-def worker_rbac(namespace: str, settings: OperatorSettings) -> list[tuple[str, str, Obj]]:
-    """(api version, plural, object): the ServiceAccount workers publish ConfigMaps with."""
-    sa = settings.worker_service_account
-    meta = {"name": sa, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER}}
-    return [
-        ("v1", "serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "roles",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": meta,
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "resources": ["configmaps"],
-                        "verbs": ["get", "create", "patch", "update"],
-                    }
-                ],
-            },
-        ),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "rolebindings",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": meta,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": sa,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
-            },
-        ),
-    ]
-
-
 def injected_failures(patj: Obj, settings: OperatorSettings) -> dict[str, int]:
     """`edgetrain.io/inject-failures: estimate=2,profile=1,train=1` (only when enabled)."""
     if not settings.fault_injection:

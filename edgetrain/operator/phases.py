@@ -189,6 +189,16 @@ def bad_input(spec: PowerAwareTrainingJobSpec, where: str) -> str | None:
 # --- selection -------------------------------------------------------------------------------
 
 
+def no_worker_identity(namespace: str, service_account: str) -> str:
+    """Why a job cannot start in a namespace the chart did not enable, and how to enable it."""
+    return (
+        f"namespace {namespace} has no ServiceAccount {service_account!r} for edgetrain's "
+        f"worker pods (the operator creates no RBAC): add {namespace} to the chart's "
+        f"worker.namespaces, or label it to match worker.namespaceSelector, then run "
+        f"`helm upgrade <release> charts/edgetrain --reuse-values --set "
+        f"'worker.namespaces={{...,{namespace}}}'` and re-create this job")
+
+
 def objective_value(plan: PlanResult, objective: Objective) -> float:
     """What the selection compares across device models."""
     return float(plan.relative_energy_j if objective is Objective.energy else plan.relative_time)

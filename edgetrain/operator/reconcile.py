@@ -77,6 +77,7 @@ class Reconciler:
     def __init__(self, client: KubeClient, settings: OperatorSettings) -> None:
         self.kube = client
         self.settings = settings
+        self._identities: set[str] = set()  # namespaces seen with the worker ServiceAccount
 
     # --- gathering ---
 
@@ -100,6 +101,9 @@ class Reconciler:
         pods: list[Obj] = []
         load: dict[str, int] = {}
         mine = f"{LABEL_JOB}={mf.label_value(name)}"
+        worker_identity: bool | None = None
+        if phase is Phase.pending:
+            worker_identity = self._worker_identity(ns)
         if isinstance(spec, str) or phase.final or phase is Phase.pending:
             pass
         elif phase is Phase.estimating:
@@ -147,7 +151,16 @@ class Reconciler:
                                 .values())
         return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
-                        pods=tuple(pods), producers=producers)
+                        pods=tuple(pods), producers=producers, worker_identity=worker_identity)
+
+    def _worker_identity(self, ns: str) -> bool:
+        """`ns` has the worker ServiceAccount (remembered once seen, for this operator run)."""
+        if ns not in self._identities:
+            sa = self.settings.worker_service_account
+            if self.kube.get_or_none(api_path("v1", "serviceaccounts", ns, sa)) is None:
+                return False
+            self._identities.add(ns)
+        return True
 
     def _cache(self, indexes: Indexes, ns: str, names: list[str], read_missing: bool = False,
                ) -> dict[str, Mapping[str, str]]:

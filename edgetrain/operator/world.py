@@ -34,6 +34,9 @@ class World:
     daemonsets: Mapping[str, Obj] = field(default_factory=dict)
     pods: tuple[Obj, ...] = ()
     producers: Mapping[str, tuple[Producer, ...]] = field(default_factory=dict)
+    # Pending only: the namespace has the worker ServiceAccount the chart creates (the operator
+    # creates no RBAC); None where the phase does not look.
+    worker_identity: bool | None = None
 
     @property
     def name(self) -> str:

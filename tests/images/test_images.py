@@ -89,6 +89,7 @@ def release(cluster: LocalCluster, kube: KubeClient, namespace: str) -> Iterator
          "--set-json", 'agent.nodeSelector={"edgetrain.io/images-test":"none"}',
          "--set", "checkNodeSelectors=false",  # on purpose: the chart would refuse it
          "--set", f"operator.settings.namespaces={{{namespace}}}",
+         "--set", f"worker.namespaces={{{namespace}}}",
          kubeconfig=cluster.kubeconfig)
     try:
         yield namespace
@@ -170,7 +171,8 @@ def test_node_agent_container_reads_a_twin_and_serves_metrics(
     kube.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
                                   "metadata": {"name": node}})
     try:
-        sa = service_account_dir(cluster, kube, ns, f"{RELEASE}-edgetrain-node-agent",
+        sa = service_account_dir(cluster, kube, f"{ns}-node-agent",
+                                 f"{RELEASE}-edgetrain-node-agent",
                                  tmp_path / "sa")
         port = free_ports(1)[0]
         name = start(engine, containers, [

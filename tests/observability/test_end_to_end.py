@@ -26,7 +26,7 @@ from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, co
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
 from tests.node_agent.helpers import events, wait_until
-from tests.observability.test_chart import CHART, NODE, helm
+from tests.observability.test_chart import CHART, NODE, helm, restrict
 from tests.observability.test_prometheus import dashboard_queries, expand, run_prometheus
 
 pytestmark = [pytest.mark.slow]
@@ -83,10 +83,12 @@ def start_prometheus(kube: KubeClient, namespace: str, tmp: Path,
 def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str,
             ) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
+    jobs = restrict(kube, namespace)  # the operator under `restricted`, jobs beside it
     helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
          "--set", f"agent.metrics.port={port}", "--set-json", "agent.guard.windowSeconds=2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
-         "--set", f"operator.settings.namespaces={{{namespace}}}",
+         "--set", f"operator.settings.namespaces={{{jobs}}}",
+         "--set", f"worker.namespaces={{{jobs}}}",  # the chart's worker RBAC
          "--set-json", "operator.settings.pollIntervalSeconds=1",
          "--set-json", "operator.settings.retryBackoffSeconds=1",
          "--set-json", "operator.settings.progressIntervalSeconds=0.5",
@@ -94,10 +96,12 @@ def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespa
                        '"value":"0.3"}]',
          kubeconfig=cluster.kubeconfig)
     try:
-        yield {"namespace": namespace, "port": port}
+        yield {"namespace": namespace, "port": port, "jobs": jobs,
+               "agent_namespace": f"{namespace}-node-agent"}
     finally:
         helm("uninstall", "e2e", "-n", namespace, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
 
 
 def test_one_job_in_cluster_with_dashboards(
@@ -105,14 +109,14 @@ def test_one_job_in_cluster_with_dashboards(
         release: dict[str, Any], tmp_path: Path) -> None:
     from tests.operator.conftest import job_manifest, patj_path
 
-    ns = release["namespace"]
-    (op_pod,) = kube.get(api_path("v1", "pods", ns),
+    ns = release["jobs"]
+    (op_pod,) = kube.get(api_path("v1", "pods", release["namespace"]),
                          labelSelector="app.kubernetes.io/component=operator")["items"]
     assert op_pod["spec"]["serviceAccountName"] == "e2e-edgetrain-operator"
     nano = next(n for n in vnodes.nodes if n.name == NODE)
     dev = GpuDevfreq.discover(nano.host_root)
     before = dev.current_range()
-    prom, url = start_prometheus(kube, ns, tmp_path)
+    prom, url = start_prometheus(kube, release["agent_namespace"], tmp_path)
     try:
         started_s = time.time()
         kube.create(patj_path(ns), job_manifest(
@@ -125,7 +129,8 @@ def test_one_job_in_cluster_with_dashboards(
                                 ("Succeeded", "Failed"), timeout_s=480, interval_s=1.0,
                                 what="job done")
         except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{diagnose(kube, ns)}") from None
+            raise AssertionError(f"{exc}\n{diagnose(kube, ns)}\n"
+                                 f"{diagnose(kube, release['agent_namespace'])}") from None
         status: dict[str, Any] = obj["status"]
         assert status["phase"] == "Succeeded", status
         # The chart's agent pinned the planned frequency, and restored the range after.

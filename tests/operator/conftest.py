@@ -17,12 +17,40 @@ import pytest
 import yaml
 
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
-from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path
+from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
 from tests.cluster.conftest import cluster, kube, namespace, repo_root, vnodes
 
 __all__ = ["cluster", "kube", "namespace", "repo_root", "vnodes"]
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
+
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "edgetrain"
+PLURALS = {"ClusterRole": "clusterroles", "ServiceAccount": "serviceaccounts",
+           "RoleBinding": "rolebindings"}
+
+
+def enable_workers(kube: KubeClient, namespace: str) -> None:
+    """What `helm upgrade --set worker.namespaces={ns}` adds: the chart's worker ServiceAccount
+    and RoleBinding in `namespace` (the operator creates no RBAC), applied from the chart."""
+    out = subprocess.run(
+        [str(binaries.bin_dir() / "helm"), "template", "edgetrain", str(CHART),
+         "--show-only", "templates/worker-rbac.yaml",
+         "--kube-version", binaries.K8S_VERSION.lstrip("v"),
+         "--set", f"worker.namespaces={{{namespace}}}"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for doc in yaml.safe_load_all(out.stdout):
+        if doc:
+            kube.apply(doc, PLURALS[doc["kind"]])
+
+
+@pytest.fixture(autouse=True)
+def _workers_enabled(request: pytest.FixtureRequest) -> None:
+    """Namespaces of the operator's tests are enabled for workers the way the chart does it."""
+    for name in ("namespace", "shared_ns"):
+        if name in request.fixturenames:
+            enable_workers(request.getfixturevalue("kube"), request.getfixturevalue(name))
 
 
 def patj_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:

@@ -125,6 +125,30 @@ def test_no_node_of_the_placement_fails_naming_what_exists(
     assert "jetson-nano (" in events["NoMatchingNode"]
 
 
+def test_a_namespace_without_worker_identity_fails_with_how_to_enable_it(
+    kube: KubeClient, operator: OperatorProcess, crds: None
+) -> None:
+    """The operator creates no RBAC: a namespace the chart did not enable fails the job at once
+    with the values key and the helm command, instead of waiting forever for a pod."""
+    import uuid
+
+    ns = f"no-workers-{uuid.uuid4().hex[:5]}"
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": ns}})
+    try:
+        name = _create(kube, ns, job_manifest("orphan"))
+        status = wait_phase(kube, ns, name, DONE, 60, operator)["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "NoWorkerIdentity"), status
+        assert f"namespace {ns} has no ServiceAccount 'edgetrain-worker'" in status["message"]
+        assert "worker.namespaces" in status["message"] and "helm upgrade" in status["message"]
+        assert _jobs(kube, ns, "estimate", name) == []
+        for plural in ("serviceaccounts", "rolebindings"):
+            group = "v1" if plural == "serviceaccounts" else "rbac.authorization.k8s.io/v1"
+            assert kube.get_or_none(api_path(group, plural, ns, "edgetrain-worker")) is None
+    finally:
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
+
+
 def test_job_succeeds_then_second_job_hits_the_cache(
     kube: KubeClient, shared_ns: str, operator: OperatorProcess
 ) -> None:

@@ -110,3 +110,11 @@ def test_place_prefers_an_idle_node_of_the_best_model() -> None:
     assert ph.place(["fast", "slow"], groups, {"f0": 1, "s0": 1}) == ("slow", "s1")
     busy = {"f0": 2, "s0": 1, "s1": 1}
     assert ph.place(["fast", "slow"], groups, busy) == ("fast", "f0")  # all busy: the best
+
+
+def test_no_worker_identity_says_how_to_enable_the_namespace() -> None:
+    msg = ph.no_worker_identity("vision", "edgetrain-worker")
+    assert msg.startswith("namespace vision has no ServiceAccount 'edgetrain-worker'")
+    assert "worker.namespaces" in msg and "worker.namespaceSelector" in msg
+    assert "helm upgrade <release> charts/edgetrain --reuse-values" in msg
+    assert "{...,vision}" in msg and len(msg) < 1024

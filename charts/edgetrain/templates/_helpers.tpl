@@ -75,3 +75,47 @@ would leave a DaemonSet with zero pods and a Deployment Pending, with no error a
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The node agent's namespace: its own, so that only it carries the `privileged` level. */}}
+{{- define "edgetrain.agentNamespace" -}}
+{{- if .Values.agent.namespace.create -}}
+{{- .Values.agent.namespace.name | default (printf "%s-node-agent" .Release.Namespace) -}}
+{{- else -}}
+{{- .Values.agent.namespace.name | default .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The ServiceAccount token, mounted explicitly (automountServiceAccountToken is off): a bound,
+expiring token, the cluster CA and the namespace, at the standard path, in this container only.
+*/}}
+{{- define "edgetrain.tokenVolume" -}}
+- name: sa-token
+  projected:
+    sources:
+      - serviceAccountToken: {path: token, expirationSeconds: 3607}
+      - configMap:
+          name: kube-root-ca.crt
+          items: [{key: ca.crt, path: ca.crt}]
+      - downwardAPI:
+          items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]
+{{- end -}}
+
+{{/* Board name -> a DNS-1123 suffix (jetson-orin-nano -> orin-nano). */}}
+{{- define "edgetrain.boardSuffix" -}}
+{{- . | trimPrefix "jetson-" | replace "_" "-" | lower | trunc 20 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* NetworkPolicy egress to the API server (networkPolicy.apiServer). */}}
+{{- define "edgetrain.apiServerEgress" -}}
+- ports:
+    {{- range .ports }}
+    - {protocol: TCP, port: {{ . }}}
+    {{- end }}
+  {{- with .cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock: {cidr: {{ . }}}
+    {{- end }}
+  {{- end }}
+{{- end -}}
