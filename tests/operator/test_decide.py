@@ -138,11 +138,13 @@ class Row:
 
 
 ROWS = [
-    Row("pending starts: worker identity, progress ConfigMap",
-        status(Phase.pending), world(), Phase.estimating,
-        ["create serviceaccounts edgetrain-worker", "create roles edgetrain-worker",
-         "create rolebindings edgetrain-worker", f"create configmaps {PROGRESS_CM}",
-         "event Started"], "Started"),
+    Row("pending starts: progress ConfigMap, no RBAC of its own",
+        status(Phase.pending), world(worker_identity=True), Phase.estimating,
+        [f"create configmaps {PROGRESS_CM}", "event Started"], "Started"),
+    Row("pending in a namespace the chart did not enable fails, saying how to enable it",
+        status(Phase.pending), world(worker_identity=False), Phase.failed,
+        ["event NoWorkerIdentity"], "NoWorkerIdentity",
+        lambda d: "worker.namespaces" in d.status.message and "helm upgrade" in d.status.message),
     Row("pending with an unknown data set fails before any pod",
         status(Phase.pending), world(), Phase.failed, ["event BadInput"], "BadInput",
         lambda d: "spec.dataset.name" in d.status.message,
