@@ -112,6 +112,7 @@ class NodeAgent:
         self.metrics_port = config.metrics_port
         self.board_id: str | None = None
         self.mode_tables: ModeTables | None = None
+        self._mode_refused: list[int] | None = None  # a mode whose writes failed: not retried
 
     # --- lifecycle ---
 
@@ -329,17 +330,28 @@ class NodeAgent:
             return
         mode, owner = desired.mode, desired.mode_owner
         target = [mode.cpu_cores, mode.cpu_freq_hz, mode.emc_freq_hz]
-        if st.applied_mode == target:
+        if st.applied_mode == target or self._mode_refused == target:
             return
         assert self.board_id is not None and owner is not None  # mode_tables imply a board
         writer = PowerModeWriter(self.root, self.board_id, st.saved_mode_files)
-        st.saved_mode_files = writer.snapshot()
-        save_state(path, st)  # persist what to restore before changing anything
         try:
+            st.saved_mode_files = writer.snapshot()
+            save_state(path, st)  # persist what to restore before changing anything
             writer.apply(*target)
         except OSError as exc:
-            self._event(owner, "PowerModeFailed", f"node {self.node}: {exc}", "Warning")
-            raise
+            # Not fatal: the GPU pin and the guard still hold. Typically the controls are not
+            # mounted writable (chart value agent.boards.<board>.powerModes).
+            with contextlib.suppress(OSError):
+                writer.restore()
+            st.saved_mode_files = None
+            save_state(path, st)
+            self._mode_refused = target
+            self._event(owner, "PowerModeFailed",
+                        f"node {self.node}: power mode not set ({exc}); the GPU pin and power"
+                        " guard still apply. Mount the CPU and EMC controls writable (chart:"
+                        f" agent.boards.{self.board_id}.powerModes=true)", "Warning")
+            log.warning("power mode %s for %s not set: %s", target, owner.key, exc)
+            return
         st.applied_mode, st.mode_owner = target, owner.key
         save_state(path, st)
         self._event(owner, "PowerModeSet",

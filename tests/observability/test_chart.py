@@ -131,6 +131,23 @@ def test_node_agent_is_not_privileged() -> None:
     assert priv == {"jetson-tx2-nx"}
 
 
+def test_power_modes_mount_only_the_cpu_and_emc_controls_of_that_board() -> None:
+    """agent.boards.<board>.powerModes: the CPU controls and the twin's EMC debugfs path of that
+    board also read-write; the other boards keep only the devfreq directory."""
+    docs = render("agent.boards.jetson-orin-nano.powerModes=true")
+    for ds in (d for d in docs if d["kind"] == "DaemonSet"):
+        board = ds["metadata"]["labels"]["edgetrain.io/board"]
+        (c,) = ds["spec"]["template"]["spec"]["containers"]
+        writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+        extra = writable - {"/var/lib/edgetrain"}
+        spec = BOARDS[board]
+        devfreq = f"/{spec.gpu_device_dir}/devfreq/{spec.devfreq_name}"
+        if board == "jetson-orin-nano":
+            assert extra == {devfreq, "/sys/devices/system/cpu", f"/{spec.emc_debugfs_dir}"}
+        else:
+            assert extra == {devfreq}, board
+
+
 def test_operator_pod_is_restricted() -> None:
     (dep,) = [d for d in render() if d["kind"] == "Deployment"]
     pod = dep["spec"]["template"]["spec"]
