@@ -11,6 +11,9 @@ creates, their labels), so it measures any version of the operator alike:
   DaemonSet it creates for the job, or its status phase changing), p50/p95/p99;
 - API requests of the operator, from the API server's audit log of its ServiceAccount;
 - the operator's peak RSS (VmHWM) and CPU seconds, and the control plane's, from /proc.
+
+Over 500 lines because the fleet, the watches that time decisions and the result table are one
+measurement; the fake worker lives apart in `operator_worker.py`.
 """
 
 from __future__ import annotations
