@@ -365,7 +365,10 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       ("patch", "powerawaretrainingjobs.edgetrain.io/status"),
                       ("create", "jobs.batch"), ("create", "daemonsets.apps"),
                       ("create", "configmaps"), ("list", "nodes"), ("get", "serviceaccounts"),
-                      ("patch", "pods"), ("create", "events")):
+                      ("patch", "pods"), ("create", "events"),
+                      # the operator's indexes: label-filtered watches instead of per-tick lists
+                      ("watch", "nodes"), ("watch", "configmaps"), ("watch", "jobs.batch"),
+                      ("watch", "daemonsets.apps")):
         assert can_i(cluster, osa, verb, res), (verb, res)
     for verb, res in (("get", "secrets"), ("list", "secrets"), ("create", "roles"),
                       ("create", "rolebindings"), ("create", "clusterroles"),
