@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,40 @@ def test_racing_candidates_one_wins(kube: KubeClient, namespace: str) -> None:
     for t in threads:
         t.join()
     assert len(wins) == 1, wins
+
+
+def test_chart_renders_leader_election() -> None:
+    """The chart: the Lease's Role in the release namespace, the settings as env, two replicas
+    allowed with leader election and refused without it."""
+    from tests.observability.test_chart import CHART, KUBE_VERSION, helm, render
+
+    def template(*sets: str) -> Any:
+        args = ["template", "t", str(CHART), "--kube-version", KUBE_VERSION]
+        for value in sets:
+            args += ["--set", value]
+        return helm(*args, check=False)
+
+    docs = render("operator.replicas=2")
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]
+           ["env"]}
+    assert env["EDGETRAIN_OPERATOR_LEADER_ELECTION"] == "true"
+    assert env["EDGETRAIN_OPERATOR_LEADER_ELECTION_NAMESPACE"] == "edgetrain"
+    assert (env["EDGETRAIN_OPERATOR_LEASE_DURATION_S"], env["EDGETRAIN_OPERATOR_RENEW_DEADLINE_S"],
+            env["EDGETRAIN_OPERATOR_RETRY_PERIOD_S"]) == ("15", "10", "2")
+    assert "POD_NAME" in env
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"].endswith("-operator-leader-election"))
+    assert role["metadata"]["namespace"] == "edgetrain"
+    assert {"resources": ["leases"], "apiGroups": ["coordination.k8s.io"],
+            "resourceNames": ["edgetrain-operator"], "verbs": ["get", "update"]} in role["rules"]
+    binding = next(d for d in docs if d["kind"] == "RoleBinding"
+                   and d["roleRef"]["name"] == role["metadata"]["name"])
+    assert binding["subjects"][0]["name"] == "t-edgetrain-operator"
+    off = render("operator.leaderElection.enabled=false")
+    assert not [d for d in off if d["kind"] == "Role"]
+    out = template("operator.replicas=2", "operator.leaderElection.enabled=false")
+    assert out.returncode != 0 and "needs operator.leaderElection.enabled=true" in out.stderr
+    out = template("operator.leaderElection.renewDeadlineSeconds=20")
+    assert out.returncode != 0 and "retryPeriodSeconds < renewDeadlineSeconds" in out.stderr
