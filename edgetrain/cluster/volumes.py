@@ -162,6 +162,12 @@ class PodVolumes:
             write_atomic(path, token.encode(), 0o600)
             self._tokens[path] = (audience, lifetime_s, now + TOKEN_REFRESH_FRACTION * lifetime_s)
 
+    def rotate_tokens(self) -> None:
+        """Renew every projected token at the next tick, as the kubelet does 80 % into a
+        token's life (tests rotate without waiting for that)."""
+        self._tokens = {path: (audience, lifetime_s, 0.0)
+                        for path, (audience, lifetime_s, _due) in self._tokens.items()}
+
     def _service_account_token(self, audience: str | None, expiration_s: int) -> str:
         """A bound token for the pod's service account (TokenRequest API, like the kubelet)."""
         sa = self.pod["spec"].get("serviceAccountName", "default")
