@@ -14,6 +14,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,9 @@ def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
     name = "walk"
     kills: list[FaultRecord] = []
 
-    def kill(when: str) -> None:
+    def kill(when: str, then: Callable[[], object] = lambda: None) -> None:
         who, at = fleet.kill_leader()
+        then()
         phase = fleet.status(name).get("phase") or "Pending"
         took = fleet.wait_new_holder(who, at)
         kills.append(record(FaultRecord(f"operator leader SIGKILL ({when})", name, phase,
@@ -81,8 +83,9 @@ def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
                                         " standby holds the Lease")))
 
     transitions = int(fleet.lease()["spec"].get("leaseTransitions") or 0)
-    fleet.create(name)
-    kill("Pending")  # before any reconcile had a chance: the job waits for the new leader
+    # The acting replica dies and the job is created at once: it is Pending until a standby
+    # has taken over (a kill after the create would race with its first reconcile).
+    kill("Pending", lambda: fleet.create(name))
     fleet.wait(name, lambda s: s.get("phase") == "EstimatingEfficiency"
                and bool(fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")),
                "estimating in a Job")
@@ -103,12 +106,16 @@ def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
     for rec in [*kills, pin]:
         rec.final_phase, rec.lost_samples = final.get("phase"), 0
     assert final["phase"] == "Succeeded", final
-    # Nothing was done twice: one estimate Job, one profiling DaemonSet, one training Job
-    # (attempt 1, never restarted: the operator's death does not touch running pods).
+    # Nothing was done twice: one estimate Job, one training Job (attempt 1, never
+    # restarted: the operator's death does not touch running pods), at most one start Event
+    # of each phase (an Event can be lost with the process that was about to post it, and a
+    # Job that already exists is not announced again).
     reasons = fleet.reasons(name)
     for reason in ("EstimateStarted", "ProfilingStarted", "Planned", "TrainingStarted"):
-        assert reasons.count(reason) == 1, (reason, reasons)
-    assert len(fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")) == 2
+        assert reasons.count(reason) <= 1, (reason, reasons)
+    jobs = fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")
+    assert sorted(j["metadata"]["name"] for j in jobs) == [f"{name}-estimate-0",
+                                                           f"{name}-train-1"]
     training = final["training"]
     assert training["attempt"] == 1 and not training.get("nodesLost"), training
     assert fleet.resumed_from(name) == 0
@@ -235,7 +242,7 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
         recs[name].recover_s = round(time.monotonic() - at[name], 1)
         assert moved["selection"]["node"] != nodes[name]
     for name in cases:
-        final = fleet.wait_done(name)
+        final = fleet.wait_done(name, timeout_s=600)  # both may now share one node
         recs[name].final_phase = final["phase"]
         assert final["phase"] == "Succeeded", final
         # Moved once, and neither the API restart nor the token rotation restarted training.
