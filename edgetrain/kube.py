@@ -134,6 +134,15 @@ def _check_kubeconfig(path: Path, context: str | None) -> None:
             f"{plugin!r}, which is not on PATH; install it (or put it on PATH) and retry")
 
 
+class _TokenFileLoader(k8s_config.incluster_config.InClusterConfigLoader):
+    """The library's in-cluster loader, which re-reads the token file every TOKEN_REREAD_S;
+    `expire` makes the next request re-read it at once (after a 401: the old token was
+    revoked, e.g. its ServiceAccount recreated, and the kubelet wrote a new one)."""
+
+    def expire(self) -> None:
+        self.token_expires_at = dt.datetime.now()
+
+
 def load_configuration(kubeconfig: Path | None = None, context: str | None = None,
                        sa_dir: Path | None = None) -> Any:
     """A `kubernetes.client.Configuration`: the kubeconfig if given, else in-cluster
@@ -142,12 +151,13 @@ def load_configuration(kubeconfig: Path | None = None, context: str | None = Non
     try:
         if kubeconfig is None and in_cluster(sa_dir):
             base = service_account_dir(sa_dir)
-            loader = k8s_config.incluster_config.InClusterConfigLoader(
+            loader = _TokenFileLoader(
                 token_filename=str(base / "token"), cert_filename=str(base / "ca.crt"),
                 try_refresh_token=True)
             # The library's re-read period is a private attribute; we set it to our own.
             loader._token_refresh_period = dt.timedelta(seconds=TOKEN_REREAD_S)
             loader.load_and_set(cfg)
+            cfg.edgetrain_token_loader = loader  # KubeClient re-reads the file after a 401
         else:
             path = kubeconfig or default_kubeconfig_path()
             _check_kubeconfig(path, context)
@@ -205,21 +215,34 @@ class KubeClient:
 
     # --- raw requests ---
 
+    def _expire_token(self) -> bool:
+        """Make the next request re-read the in-cluster token file; False if there is none."""
+        loader = getattr(self.configuration, "edgetrain_token_loader", None)
+        if loader is None:
+            return False
+        loader.expire()
+        return True
+
     def _call(self, method: str, path: str, query: list[tuple[str, str]], body: Any,
-              content_type: str, timeout: float | tuple[float, float]) -> Any:
-        """One request through the library (auth, TLS, pool); the response is not read yet."""
+              content_type: str, timeout: float | tuple[float, float],
+              retried: bool = False) -> Any:
+        """One request through the library (auth, TLS, pool); the response is not read yet.
+        A 401 with in-cluster credentials is retried once with the token file read again."""
         try:
-            method, url, headers, body, post = self.api.param_serialize(
+            verb, url, headers, sent, post = self.api.param_serialize(
                 method=method, resource_path=path, query_params=query or None,
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body, auth_settings=["BearerToken"])
-            resp = self.api.call_api(method, url, header_params=headers, body=body,
+            resp = self.api.call_api(verb, url, header_params=headers, body=sent,
                                      post_params=post, _request_timeout=timeout)
         except k8s_client.ApiException as exc:  # the library's word for TLS failures
             raise KubeApiError(method, path, int(exc.status or 0), str(exc.reason),
                                str(exc.body or "")) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise KubeApiError(method, path, 0, type(exc).__name__, str(exc)) from exc
+        if resp.status == 401 and not retried and self._expire_token():
+            resp.read()  # return the connection to the pool
+            return self._call(method, path, query, body, content_type, timeout, retried=True)
         if resp.status >= 400:
             text = resp.read().decode(errors="replace")
             reason, message = str(resp.reason), text[:2000]

@@ -92,6 +92,28 @@ def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
 
 
+def test_in_cluster_token_is_reread_at_once_after_a_401(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the periodic re-reads the client keeps its token; a 401 makes it read the file
+    again (the old token was revoked and the kubelet wrote a new one)."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("first")
+    (sa / "ca.crt").write_bytes(ensure_pki(tmp_path / "pki").ca_crt.read_bytes())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.9")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    monkeypatch.setenv(kube.ENV_SERVICE_ACCOUNT_DIR, str(sa))
+    client = kube.KubeClient.connect()
+    cfg = client.configuration
+    (sa / "token").write_text("second")
+    assert cfg.get_api_key_with_prefix("BearerToken") == "bearer first"  # within 60 s
+    assert client._expire_token()  # what _call does on a 401
+    assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    path = _kubeconfig(tmp_path / "kc", "{token: t0}")
+    assert not kube.KubeClient.connect(path)._expire_token()  # a kubeconfig token: no file
+
+
 def _node(ready: str = "True", unschedulable: bool = False, taints: tuple[str, ...] = ()) -> dict:
     return {
         "spec": {"unschedulable": unschedulable, "taints": [{"key": k} for k in taints]},

@@ -8,6 +8,7 @@ import json
 import shutil
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -192,6 +193,26 @@ class LocalCluster:
             self.components[name].stop(grace_s)
         self.components.clear()
         (self.run_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def restart(self, name: str, *, kill: bool = False, down_s: float = 0.0,
+                timeout_s: float = 120.0) -> float:
+        """Stop one component (SIGTERM, or SIGKILL with `kill`), keep it down `down_s`, start
+        it again on the same port with the same files; returns the seconds it was not serving.
+        etcd is not restartable here: every etcd start is a fresh, empty cluster."""
+        starters = {
+            "kube-apiserver": lambda: self._start_apiserver(self.pki, timeout_s),
+            "kube-controller-manager": lambda: self._start_kcm(self.pki, timeout_s),
+            "kube-scheduler": lambda: self._start_scheduler(timeout_s),
+            "kwok": lambda: self._start_kwok(timeout_s),
+        }
+        if name not in starters or name not in self.components:
+            raise ValueError(f"cannot restart {name!r}: restartable running components are "
+                             f"{sorted(set(starters) & set(self.components))}")
+        started = time.monotonic()
+        self.components.pop(name).stop(0.0 if kill else 5.0)
+        time.sleep(down_s)
+        starters[name]()
+        return time.monotonic() - started
 
     def adopt(self, name: str, proc: ManagedProcess) -> None:
         """Record an extra process (e.g. the vnodes agent) so stop()/`cluster down` end it."""

@@ -3,6 +3,7 @@ status subresource (phase, container states, addresses, where the logs are)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from edgetrain.cluster.runtime import Container
 
 PROBE_PERIOD_MAX_S = 2.0
+log = logging.getLogger("edgetrain.vnode")
 
 
 class PodStatus:
@@ -29,6 +31,7 @@ class PodStatus:
     _last_status: Obj | None
     _start_time: str
     _phase: str
+    _status_warned_at: float = float("-inf")
 
     if TYPE_CHECKING:
         @property
@@ -74,7 +77,7 @@ class PodStatus:
             cond["reason"] = reason
         self._conditions[kind] = cond
 
-    def _report(self, phase: str) -> None:
+    def _report(self, phase: str) -> bool:
         running = all(c.proc is not None and c.proc.poll() is None for c in self.mains)
         self._conditions_set("PodScheduled", True)
         self._conditions_set("PodReadyToStartContainers", True)
@@ -85,9 +88,11 @@ class PodStatus:
                                    else "ContainersNotReady")
         self._conditions_set("ContainersReady", ready, reason)
         self._conditions_set("Ready", ready, reason)
-        self._patch_status(phase=phase)
+        return self._patch_status(phase=phase)
 
-    def _patch_status(self, phase: str, reason: str = "", message: str = "") -> None:
+    def _patch_status(self, phase: str, reason: str = "", message: str = "") -> bool:
+        """Send the pod's status; False if the API server could not take it now (it is sent
+        again at the next tick: a kubelet keeps its pods running through API outages)."""
         status: Obj = {
             "phase": phase,
             # Every pod shares its node's address, as host-network pods do.
@@ -105,17 +110,25 @@ class PodStatus:
         if self.inits:
             status["initContainerStatuses"] = [c.status() for c in self.inits]
         if status == self._last_status:
-            return
+            return True
         path = api_path("v1", "pods", self.namespace, self.pod_name, "status")
         try:
             self.client.patch(path, {"status": status}, "strategic")
         except KubeApiError as exc:
             if exc.code == 404:
                 self.shutdown()  # force-deleted: nothing to report to any more
-                return
+                return True
+            if exc.code in (0, 429) or exc.code >= 500:
+                now = time.monotonic()
+                if now >= self._status_warned_at + 30:
+                    log.warning("pod %s/%s: status not reported (%s); retrying",
+                                self.namespace, self.pod_name, exc)
+                    self._status_warned_at = now
+                return False
             raise
         self._last_status = status
         self._phase = phase
+        return True
 
 
 def container_log(pod: Obj, container: str) -> Path:

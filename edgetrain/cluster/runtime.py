@@ -232,8 +232,8 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
                 self._probe(c)
             self._refresh_tokens()
             phase = self._phase_now()
-            self._report(phase)
-            if phase in ("Succeeded", "Failed"):
+            # A final phase the API server did not take yet (it is restarting) is sent again.
+            if self._report(phase) and phase in ("Succeeded", "Failed"):
                 self._wait_deletion_after_terminal()
                 return
             self._wake.wait(POLL_S)

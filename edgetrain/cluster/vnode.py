@@ -89,6 +89,18 @@ class VNodeAgent:
             self.client.wait_for(api_path("v1", "nodes", name=node.name), node_schedulable,
                                  timeout_s=timeout_s, what="Ready and untainted")
 
+    def rotate_tokens(self, namespace: str, pod: str) -> bool:
+        """Renew the projected ServiceAccount tokens of one running pod now (the kubelet's
+        rotation, brought forward); False if no node here runs that pod."""
+        for node in self.nodes:
+            with node._lock:
+                runner = next((r for r in node.runners.values()
+                               if r.namespace == namespace and r.pod_name == pod), None)
+            if runner is not None:
+                runner.rotate_tokens()
+                return True
+        return False
+
     def stop(self) -> None:
         """Stop watches and heartbeats, kill all pod processes, delete the Nodes if asked."""
         self.stop_event.set()

@@ -44,7 +44,7 @@ class PodVolumes:
         @property
         def client(self) -> KubeClient: ...
 
-        def _report(self, phase: str) -> None: ...
+        def _report(self, phase: str) -> bool: ...
 
     def _volume_dir(self, name: str) -> Path:
         return self.dir / "volumes" / name
@@ -172,6 +172,12 @@ class PodVolumes:
         sc = self.pod["spec"].get("securityContext") or {}
         if sc.get("runAsUser") is not None:
             os.chown(path, int(sc["runAsUser"]), int(sc.get("runAsGroup") or 0))
+
+    def rotate_tokens(self) -> None:
+        """Renew every projected token at the next tick, as the kubelet does 80 % into a
+        token's life (tests rotate without waiting for that)."""
+        self._tokens = {path: (audience, lifetime_s, 0.0)
+                        for path, (audience, lifetime_s, _due) in self._tokens.items()}
 
     def _service_account_token(self, audience: str | None, expiration_s: int) -> str:
         """A bound token for the pod's service account (TokenRequest API, like the kubelet)."""

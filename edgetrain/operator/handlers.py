@@ -32,6 +32,8 @@ from edgetrain.operator.settings import OperatorSettings, load_settings
 from edgetrain.operator.world import Producer
 
 SETTINGS: OperatorSettings = load_settings()
+WATCH_SERVER_TIMEOUT_S = 45
+WATCH_CLIENT_TIMEOUT_S = 50
 stats_log = logging.getLogger("edgetrain.operator.stats")
 log = logging.getLogger("edgetrain.operator")
 _lock = threading.Lock()
@@ -92,8 +94,16 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Timeouts, workers, event posting, and where kopf keeps its own bookkeeping."""
     settings.posting.level = logging.INFO
-    settings.watching.server_timeout = 60
-    settings.watching.client_timeout = 90
+    # A watch that stalls (an API server restarted behind a load balancer, a half-open TCP
+    # connection) must end within a minute, or the operator sees nothing and says nothing.
+    # The server ends each watch after 45 s; if it does not (the stall), the client gives up
+    # at 50 s, or earlier after 50 s without any event or bookmark; kopf then reconnects at
+    # once from the last resourceVersion, so nothing is missed.
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
+    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_S
+    settings.watching.inactivity_timeout = WATCH_CLIENT_TIMEOUT_S
+    settings.watching.connect_timeout = 10
+    settings.networking.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="edgetrain.io")

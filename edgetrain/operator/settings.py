@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
 from edgetrain.api.names import DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
@@ -72,6 +72,28 @@ class OperatorSettings(BaseModel):
     peering: str | None = Field(
         default=None, description="kopf peering name (one active replica); none: standalone"
     )
+    leader_election: bool = Field(
+        default=False,
+        description="hold a coordination.k8s.io Lease before acting, so that one of several"
+        " replicas reconciles and a standby takes over when the holder dies (the chart turns"
+        " it on)",
+    )
+    leader_election_namespace: str | None = Field(
+        default=None,
+        description="namespace of the Lease; none: $POD_NAMESPACE, else the ServiceAccount's"
+        " namespace, else default",
+    )
+    lease_name: str = Field(default="edgetrain-operator", description="name of the Lease")
+    lease_duration_s: Annotated[float, Field(gt=0)] = Field(
+        default=15.0, description="a standby takes over after the holder stopped renewing"
+        " this long"
+    )
+    renew_deadline_s: Annotated[float, Field(gt=0)] = Field(
+        default=10.0, description="the holder stops acting when it could not renew this long"
+    )
+    retry_period_s: Annotated[float, Field(gt=0)] = Field(
+        default=2.0, description="how often the holder renews and a standby retries"
+    )
     profile_min_window_s: Annotated[float, Field(gt=0)] = Field(
         default=1.0, description="`edgetrain profile --min-window` in profiling pods"
     )
@@ -97,6 +119,17 @@ class OperatorSettings(BaseModel):
         " container runtime); none: the node's default runtime",
     )
 
+    @model_validator(mode="after")
+    def _lease_timing_order(self) -> OperatorSettings:
+        # The holder must stop before a standby may take over, with room for one retry.
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                f"leader election needs {ENV_PREFIX}RETRY_PERIOD_S <"
+                f" {ENV_PREFIX}RENEW_DEADLINE_S < {ENV_PREFIX}LEASE_DURATION_S, got"
+                f" {self.retry_period_s:g} < {self.renew_deadline_s:g} <"
+                f" {self.lease_duration_s:g}; raise the lease duration or lower the others")
+        return self
+
 
 _LISTS = {"namespaces"}
 _MAPS = {"server_selector", "jetson_selector"}
@@ -118,6 +151,7 @@ def _parse(name: str, text: str) -> Any:
         "checkpoint_pvc",
         "peering",
         "jetson_runtime_class",
+        "leader_election_namespace",
     ):
         return None
     return text
@@ -138,7 +172,9 @@ def load_settings(
         return OperatorSettings.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else "?"
+        if not err["loc"]:  # a rule across fields names its variables itself
+            raise ValueError(f"operator settings: {err['msg']}") from None
+        field = str(err["loc"][0])
         raise ValueError(
             f"operator setting {field} ({ENV_PREFIX}{field.upper()}): {err['msg']}"
         ) from None

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -83,11 +83,16 @@ class ProgressPublisher:
         self._pending: TrainingEvent | None = None
 
     def offer(self, event: TrainingEvent) -> None:
-        """A trainer event; progress is throttled, a result is sent at once."""
+        """A trainer event; progress is throttled, a result is sent at once (and retried: the
+        operator reads where the segment resumed and the final figures from it)."""
         if event.event == "result":
             self._pending = None  # older than the result
             wire = event.model_dump_json()
-            self._send({RESULT_KEY: wire, PROGRESS_KEY: wire})
+            try:
+                retry_api(lambda: self._send({RESULT_KEY: wire, PROGRESS_KEY: wire},
+                                             quiet=False), "publishing the result")
+            except KubeApiError as exc:
+                print(f"edgetrain worker: result not published: {exc}", file=sys.stderr)
             return
         self._pending = event
         if time.monotonic() - self._last_sent >= self.interval_s:
@@ -99,14 +104,39 @@ class ProgressPublisher:
             self._send({PROGRESS_KEY: self._pending.model_dump_json()})
             self._pending = None
 
-    def _send(self, data: dict[str, str]) -> None:
+    def _send(self, data: dict[str, str], quiet: bool = True) -> None:
         try:
             self.client.patch(
                 api_path("v1", "configmaps", self.namespace, self.name), {"data": data}, "merge"
             )
         except KubeApiError as exc:
+            if not quiet:
+                raise
             print(f"edgetrain worker: progress not published: {exc}", file=sys.stderr)
         self._last_sent = time.monotonic()
+
+
+# An API server restart (an upgrade, a crash) takes seconds to a minute; a finished workload
+# must not be lost, or repeated, because its one publishing request fell into that gap.
+PUBLISH_RETRY_S = 120.0
+
+
+def retry_api(call: Callable[[], None], what: str, deadline_s: float = PUBLISH_RETRY_S) -> None:
+    """Run `call`, retrying while the API server cannot be reached or answers 5xx/429."""
+    deadline = time.monotonic() + deadline_s
+    delay_s = 0.5
+    while True:
+        try:
+            call()
+            return
+        except KubeApiError as exc:
+            transient = exc.code in (0, 429) or exc.code >= 500
+            if not transient or time.monotonic() + delay_s > deadline:
+                raise
+            print(f"edgetrain worker: {what} failed ({exc}); retrying in {delay_s:g} s",
+                  file=sys.stderr)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 8.0)
 
 
 class StderrTail:
@@ -223,7 +253,9 @@ def run_worker(
         return code
     if publish and kube is not None:
         data = {key: path.read_text(encoding="utf-8") for key, path in (files or {}).items()}
-        upsert_configmap(kube, namespace, publish, data, labels)
+        client_ = kube
+        retry_api(lambda: upsert_configmap(client_, namespace, publish, data, labels),
+                  f"publishing configmap {publish}")
         print(f"edgetrain worker: published {sorted(data)} to configmap {publish}",
               file=sys.stderr)
     if hold:

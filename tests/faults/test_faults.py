@@ -1,0 +1,358 @@
+"""The fault suite: faults injected into edgetrain installed from the chart (two operator
+replicas with leader election, node agents) on the real control plane, while jobs run.
+
+Each case asserts the job's final state and that no more than one checkpoint interval of
+training was lost (the trainer checkpoints at every evaluation; a resumed segment reports the
+samples it resumed from). The table of faults, recovery times, jobs lost and pins leaked is
+printed at the end of the run and written to <pytest basetemp>/faults-summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgetrain.api.training import TrainingEvent
+from edgetrain.cluster import api_path
+from edgetrain.node_agent.state import load_state
+from tests.faults.conftest import (
+    CHECKPOINT_INTERVAL,
+    LEASE,
+    SUMMARY,
+    FaultRecord,
+    Fleet,
+    sigkill,
+)
+from tests.node_agent.helpers import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# A takeover waits for the Lease to expire on the standby's clock (lease duration after the
+# last renewal it saw) plus one retry; the rest is slack for a loaded 2-core machine.
+TAKEOVER_MAX_S = LEASE["leaseDurationSeconds"] + 2 * LEASE["retryPeriodSeconds"] + 10
+
+
+def record(rec: FaultRecord) -> FaultRecord:
+    SUMMARY.append(rec)
+    return rec
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in pod.get("status", {}).get("conditions", []) or [])
+
+
+def test_two_replicas_only_the_lease_holder_acts(fleet: Fleet) -> None:
+    """Both replicas are Ready; the Lease holder runs kopf, the other stands by."""
+    pods = fleet.operator_pods()
+    assert len(pods) == 2 and all(pod_ready(p) for p in pods), fleet.diagnose()
+    holder = fleet.holder()
+    leader = next(p for p in pods if holder.startswith(p["metadata"]["name"] + "_"))
+    standby = next(p for p in pods if p is not leader)
+    try:
+        wait_until(lambda: "standing by: lease" in fleet.log(standby), 30, "standby logs")
+    except TimeoutError:
+        raise AssertionError(fleet.log(standby)[-3000:] + fleet.log(leader)[-3000:]) from None
+    assert "edgetrain operator: namespaces=" not in fleet.log(standby)  # kopf never started
+    assert f"edgetrain operator: namespaces=['{fleet.ns}']" in fleet.log(leader)
+    assert f"leader={holder}" in fleet.log(leader)
+
+
+def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
+    """kill -9 the acting replica in each phase of one job: the standby takes over within the
+    lease duration, the killed container restarts as the new standby, and the job finishes
+    with one estimate, one profile and one training run (nothing repeated, nothing lost).
+    In Training the node agent holding the pod's frequency pin is killed as well."""
+    name = "walk"
+    kills: list[FaultRecord] = []
+
+    def kill(when: str, then: Callable[[], object] = lambda: None) -> None:
+        who, at = fleet.kill_leader()
+        then()
+        phase = fleet.status(name).get("phase") or "Pending"
+        took = fleet.wait_new_holder(who, at)
+        kills.append(record(FaultRecord(f"operator leader SIGKILL ({when})", name, phase,
+                                        round(took, 1), detail=f"killed {who}; recover: a"
+                                        " standby holds the Lease")))
+
+    transitions = int(fleet.lease()["spec"].get("leaseTransitions") or 0)
+    # The acting replica dies and the job is created at once: it is Pending until a standby
+    # has taken over (a kill after the create would race with its first reconcile).
+    kill("Pending", lambda: fleet.create(name))
+    fleet.wait(name, lambda s: s.get("phase") == "EstimatingEfficiency"
+               and bool(fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")),
+               "estimating in a Job")
+    kill("EstimatingEfficiency")
+    fleet.wait(name, lambda s: s.get("phase") == "Profiling"
+               and bool(fleet.objects("apps/v1", "daemonsets", f"edgetrain.io/job={name}")),
+               "profiling in a DaemonSet", timeout_s=300)
+    kill("Profiling")
+    # Selecting is not a resting phase: one reconcile goes Profiling → Selecting → Training
+    # once the profile is there. The kill closest to it: when the profile lands.
+    wait_until(lambda: fleet.objects("v1", "configmaps", "edgetrain.io/cache=profile"), 300,
+               "the profile ConfigMap", interval_s=0.2)
+    kill("profile landed (Selecting)")
+    status = fleet.wait_training(name)
+    pin = _kill_pinning_agent(fleet, name, status)
+    kill("Training")
+    final = fleet.wait_done(name)
+    for rec in [*kills, pin]:
+        rec.final_phase, rec.lost_samples = final.get("phase"), 0
+    assert final["phase"] == "Succeeded", final
+    # Nothing was done twice: one estimate Job, one training Job (attempt 1, never
+    # restarted: the operator's death does not touch running pods), at most one start Event
+    # of each phase (an Event can be lost with the process that was about to post it, and a
+    # Job that already exists is not announced again).
+    reasons = fleet.reasons(name)
+    for reason in ("EstimateStarted", "ProfilingStarted", "Planned", "TrainingStarted"):
+        assert reasons.count(reason) <= 1, (reason, reasons)
+    jobs = fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")
+    assert sorted(j["metadata"]["name"] for j in jobs) == [f"{name}-estimate-0",
+                                                           f"{name}-train-1"]
+    training = final["training"]
+    assert training["attempt"] == 1 and not training.get("nodesLost"), training
+    assert fleet.resumed_from(name) == 0
+    assert int(fleet.lease()["spec"]["leaseTransitions"]) >= transitions + len(kills)
+    for rec in kills:
+        assert rec.recover_s is not None and rec.recover_s <= TAKEOVER_MAX_S, rec
+    # The killed containers came back (restartPolicy) and stand by.
+    pods = fleet.operator_pods()
+    assert sum(int(cs["restartCount"]) for p in pods
+               for cs in p["status"]["containerStatuses"]) >= len(kills)
+    # The agent restored the board's range when the training pod ended.
+    node = status["selection"]["node"]
+    dev, state_file = fleet.devfreq(node), _state_file(fleet, node)
+    table = dev.available_frequencies_hz()
+    try:
+        wait_until(lambda: _range(dev) == (min(table), max(table))
+                   and not load_state(state_file).holding, 30,
+                   "the board's range restored after the job")
+    except TimeoutError:
+        pin.pins_leaked = 1
+        raise
+
+
+def _range(dev: Any) -> tuple[int, int]:
+    r = dev.current_range()
+    return (r.min_freq_hz, r.max_freq_hz)
+
+
+def _state_file(fleet: Fleet, node: str) -> Path:
+    """The node agent's pin state (the chart's hostPath /var/lib/edgetrain on the node)."""
+    return fleet.agents[node].nodes[0].host_root / "var/lib/edgetrain/node-agent-state.json"
+
+
+def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> FaultRecord:
+    """kill -9 the node agent while it pins the training pod's frequency: the restarted agent
+    is Ready again and holds the same pin over the board's original range (its state file)."""
+    node, freq = status["selection"]["node"], int(status["selection"]["gpuFrequencyHz"])
+    dev = fleet.devfreq(node)
+    table = dev.available_frequencies_hz()
+    wait_until(lambda: _range(dev) == (freq, freq), 30, f"pin at {freq} Hz on {node}")
+    (agent,) = fleet.kube.get(api_path("v1", "pods", fleet.ns),
+                              fieldSelector=f"spec.nodeName={node}",
+                              labelSelector="app.kubernetes.io/component=node-agent")["items"]
+    restarts = int(agent["status"]["containerStatuses"][0]["restartCount"])
+    state_file = _state_file(fleet, node)
+    assert load_state(state_file).holding
+    sigkill(agent)
+    at = time.monotonic()
+    path = api_path("v1", "pods", fleet.ns, agent["metadata"]["name"])
+
+    def back() -> bool:
+        pod = fleet.kube.get(path)
+        cs = pod["status"]["containerStatuses"][0]
+        return int(cs["restartCount"]) > restarts and pod_ready(pod)
+
+    wait_until(back, 60, "node agent restarted and Ready", interval_s=0.2)
+    rec = record(FaultRecord("node agent SIGKILL holding a pin", name,
+                             fleet.status(name).get("phase"), round(time.monotonic() - at, 1),
+                             detail=f"{node} pinned at {freq / 1e6:g} MHz; recover: agent Ready"
+                             " again, pin held"))
+    if fleet.status(name).get("phase") == "Training":  # still pinned, by the new agent
+        assert _range(dev) == (freq, freq)
+        state = load_state(state_file)
+        assert state.holding and (state.saved_min_hz, state.saved_max_hz) == (
+            min(table), max(table)), state
+    return rec
+
+
+def _last_checkpoint(fleet: Fleet, node: str, job: str) -> int:
+    """The last checkpoint the lost node's training pod wrote (its progress lines)."""
+    vnode = fleet.agents[node].nodes[0]
+    last = 0
+    for log in vnode.dir.glob(f"pods/{fleet.ns}_{job}-train-1-*/logs/*/*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            event = TrainingEvent.from_line(line)
+            if event is not None and event.event == "progress":
+                last = max(last, event.samples)
+    return last
+
+
+def _power_off(fleet: Fleet, node: str, delete: bool) -> None:
+    """The node loses power: its processes die at once (SIGKILL), then it goes silent (no
+    more heartbeats: NotReady after the controller's grace period) or its Node is deleted."""
+    for pod in fleet.kube.get(api_path("v1", "pods", fleet.ns),
+                              fieldSelector=f"spec.nodeName={node}")["items"]:
+        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+            if "running" in (cs.get("state") or {}):
+                sigkill(pod, cs["name"])
+    agent = fleet.agents[node]
+    agent.delete_nodes_on_stop = delete
+    agent.stop()
+    fleet.stopped.add(node)
+
+
+def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
+    """Two jobs train on two nodes; one node is deleted, the other loses power (NotReady after
+    the node controller's grace period). While they wait and move, kube-apiserver restarts and
+    the operator's token is revoked and rotated; a job created after each of those is picked
+    up. Both training jobs finish on other nodes, resumed from their last checkpoints."""
+    # NotReady first: its grace period runs while the second job starts. One after the
+    # other, so the second is placed knowing the first's node (its Job still counts there).
+    cases = {"down": False, "gone": True}  # job → delete the Node
+    nodes: dict[str, str] = {}
+    recs: dict[str, FaultRecord] = {}
+    at: dict[str, float] = {}
+    for name, delete in cases.items():
+        fleet.create(name)
+        status = fleet.wait_training(name)
+        nodes[name] = status["selection"]["node"]
+        at[name] = time.monotonic()
+        _power_off(fleet, nodes[name], delete)
+        recs[name] = record(FaultRecord(
+            f"training node {'deleted' if delete else 'NotReady (power lost)'}", name,
+            "Training", detail=f"{nodes[name]}; {status['training']['samples']} samples seen"
+            " before; recover: training again on another node"))
+    assert len(set(nodes.values())) == 2, nodes  # idle nodes first: one job per node
+    _restart_api_server(fleet)
+    _rotate_operator_token(fleet)
+    for name in cases:
+        moved = fleet.wait(name, lambda s, n=name: nodes[n] in ((s.get("training") or {})
+                                                                 .get("nodesLost") or [])
+                           and s.get("phase") in ("Training", "Succeeded"),
+                           "rescheduled", timeout_s=240)
+        recs[name].recover_s = round(time.monotonic() - at[name], 1)
+        assert moved["selection"]["node"] != nodes[name]
+    for name in cases:
+        final = fleet.wait_done(name, timeout_s=600)  # both may now share one node
+        recs[name].final_phase = final["phase"]
+        assert final["phase"] == "Succeeded", final
+        # Moved once, and neither the API restart nor the token rotation restarted training.
+        assert final["training"]["nodesLost"] == [nodes[name]]
+        assert final["training"]["attempt"] == 2, final["training"]
+        assert "NodeLost" in fleet.reasons(name)
+        # Resumed from the last checkpoint the lost pod wrote: what was lost is the steps
+        # after it, less than one checkpoint interval.
+        checkpoint = _last_checkpoint(fleet, nodes[name], name)
+        resumed = fleet.resumed_from(name)
+        recs[name].lost_samples = checkpoint - resumed
+        assert checkpoint > 0 and resumed == checkpoint, (checkpoint, resumed)
+        assert final["training"]["samples"] >= resumed
+
+
+def _probe(fleet: Fleet, name: str) -> dict[str, Any]:
+    """A job with a data-set typo: the operator must see it (a create event on its watch) and
+    write its status (its credentials work); it fails at Pending, no pod runs."""
+    fleet.create(name, dataset={"name": "cifar10"})
+    status = fleet.wait_done(name, timeout_s=120)
+    assert (status["phase"], status["reason"]) == ("Failed", "BadInput"), status
+    return status
+
+
+def _restart_api_server(fleet: Fleet) -> None:
+    """Restart kube-apiserver: watches and clients recover; a job created afterwards is seen."""
+    at = time.monotonic()
+    down_s = fleet.cluster.restart("kube-apiserver")
+    _probe(fleet, "after-restart")
+    record(FaultRecord("kube-apiserver restarted", "after-restart", "Pending",
+                       round(time.monotonic() - at, 1), "Failed", expected_phase="Failed",
+                       detail=f"API down {down_s:.1f} s while gone/down moved; recover: a job"
+                       " created after the restart is seen, its status written (BadInput)"))
+
+
+def _token_file(fleet: Fleet, pod: dict[str, Any]) -> Path:
+    """The operator pod's projected ServiceAccount token, as its virtual node wrote it."""
+    vnode = fleet.vnode_of(pod)
+    meta = pod["metadata"]
+    vol = next(v["name"] for v in pod["spec"]["volumes"]
+               if any("serviceAccountToken" in s for s in (v.get("projected") or {})
+                      .get("sources", [])))
+    return (vnode.dir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+            / "volumes" / vol / "token")
+
+
+def _status_with(fleet: Fleet, token: str) -> int:
+    """HTTP status of GET /api with a bearer token."""
+    ctx = ssl.create_default_context(cafile=str(fleet.cluster.pki.ca_crt))
+    req = urllib.request.Request(f"{fleet.cluster.server}/api",
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _rotate_operator_token(fleet: Fleet) -> None:
+    """Revoke the operator's token (its ServiceAccount recreated) and rotate the token files
+    as the kubelet does: both replicas go on with the new token, without a restart."""
+    pods = fleet.operator_pods()
+    restarts = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
+                for p in pods}
+    files = {p["metadata"]["name"]: _token_file(fleet, p) for p in pods}
+    old = {n: f.read_text() for n, f in files.items()}
+    assert all(_status_with(fleet, t) == 200 for t in old.values())
+    sa_name = pods[0]["spec"]["serviceAccountName"]
+    sa_path = api_path("v1", "serviceaccounts", fleet.ns, sa_name)
+    sa = fleet.kube.get(sa_path)
+    meta = {k: sa["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
+            if k in sa["metadata"]}
+    fleet.kube.delete(sa_path)
+    at = time.monotonic()
+    fleet.kube.create(api_path("v1", "serviceaccounts", fleet.ns),
+                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    for pod_name in files:
+        assert fleet.rotate_tokens(pod_name)
+    wait_until(lambda: all(f.read_text() != old[n] for n, f in files.items()), 20,
+               "token files rotated")
+    # The old tokens are refused now (the API server caches a token's check for 10 s).
+    wait_until(lambda: all(_status_with(fleet, t) == 401 for t in old.values()), 30,
+               "old tokens refused", interval_s=0.5)
+    _probe(fleet, "after-rotation")
+    record(FaultRecord("ServiceAccount token revoked and rotated", "after-rotation",
+                       "Pending", round(time.monotonic() - at, 1), "Failed",
+                       expected_phase="Failed",
+                       detail="while gone/down moved; recover: with only the new token valid,"
+                       " a new job is seen and its status written (BadInput)"))
+    after = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
+             for p in fleet.operator_pods()}
+    assert after == restarts, (restarts, after)  # re-read the token, no restart needed
+
+
+def test_no_job_lost_and_no_pin_leaked(fleet: Fleet) -> None:
+    """Every job of the suite Succeeded; every live node is back at the board's full range."""
+    jobs = fleet.kube.get(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs",
+                                   fleet.ns))["items"]
+    phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase") for j in jobs
+              if not j["metadata"]["name"].startswith("after-")}  # the probes fail on purpose
+    assert phases and all(p == "Succeeded" for p in phases.values()), phases
+    leaked = []
+    for node in fleet.pool_nodes():
+        if node in fleet.stopped:
+            continue
+        dev = fleet.devfreq(node)
+        table = dev.available_frequencies_hz()
+        r = dev.current_range()
+        if (r.min_freq_hz, r.max_freq_hz) != (min(table), max(table)):
+            leaked.append(node)
+    assert not leaked, leaked
+    print("\n" + json.dumps([r.__dict__ for r in SUMMARY], indent=1))
+    assert max((r.lost_samples or 0) for r in SUMMARY) < CHECKPOINT_INTERVAL
