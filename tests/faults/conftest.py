@@ -192,6 +192,11 @@ class Fleet:
     def pool_nodes(self) -> list[str]:
         return sorted(self.agents)
 
+    @property
+    def agent_ns(self) -> str:
+        """The node agents' namespace, which the chart creates (Pod Security `privileged`)."""
+        return f"{self.ns}-node-agent"
+
     def devfreq(self, node: str) -> GpuDevfreq:
         vnode = self.agents[node].nodes[0]
         return GpuDevfreq.discover(vnode.host_root)
@@ -262,6 +267,8 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
                      "labelSelector": {"matchLabels": {
                          "app.kubernetes.io/component": "operator"}}}]}}),
              "--set", f"operator.settings.namespaces={{{ns}}}",
+             # The chart gives the job namespace its worker identity (the operator makes none).
+             "--set", f"worker.namespaces={{{ns}}}",
              "--set", f"operator.settings.checkpointDir={work / 'checkpoints'}",
              "--set-json", "operator.settings.pollIntervalSeconds=1",
              "--set-json", "operator.settings.retryBackoffSeconds=1",

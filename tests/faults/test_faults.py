@@ -156,7 +156,7 @@ def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> Faul
     dev = fleet.devfreq(node)
     table = dev.available_frequencies_hz()
     wait_until(lambda: _range(dev) == (freq, freq), 30, f"pin at {freq} Hz on {node}")
-    (agent,) = fleet.kube.get(api_path("v1", "pods", fleet.ns),
+    (agent,) = fleet.kube.get(api_path("v1", "pods", fleet.agent_ns),
                               fieldSelector=f"spec.nodeName={node}",
                               labelSelector="app.kubernetes.io/component=node-agent")["items"]
     restarts = int(agent["status"]["containerStatuses"][0]["restartCount"])
@@ -164,7 +164,7 @@ def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> Faul
     assert load_state(state_file).holding
     sigkill(agent)
     at = time.monotonic()
-    path = api_path("v1", "pods", fleet.ns, agent["metadata"]["name"])
+    path = api_path("v1", "pods", fleet.agent_ns, agent["metadata"]["name"])
 
     def back() -> bool:
         pod = fleet.kube.get(path)
@@ -199,8 +199,9 @@ def _last_checkpoint(fleet: Fleet, node: str, job: str) -> int:
 def _power_off(fleet: Fleet, node: str, delete: bool) -> None:
     """The node loses power: its processes die at once (SIGKILL), then it goes silent (no
     more heartbeats: NotReady after the controller's grace period) or its Node is deleted."""
-    for pod in fleet.kube.get(api_path("v1", "pods", fleet.ns),
-                              fieldSelector=f"spec.nodeName={node}")["items"]:
+    pods = [p for ns in (fleet.ns, fleet.agent_ns) for p in fleet.kube.get(
+        api_path("v1", "pods", ns), fieldSelector=f"spec.nodeName={node}")["items"]]
+    for pod in pods:
         for cs in pod.get("status", {}).get("containerStatuses", []) or []:
             if "running" in (cs.get("state") or {}):
                 sigkill(pod, cs["name"])
@@ -259,9 +260,10 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
 
 
 def _probe(fleet: Fleet, name: str) -> dict[str, Any]:
-    """A job with a data-set typo: the operator must see it (a create event on its watch) and
-    write its status (its credentials work); it fails at Pending, no pod runs."""
-    fleet.create(name, dataset={"name": "cifar10"})
+    """A job the API server accepts but the operator refuses at Pending (a text model on an
+    image data set): the operator must see it (a create event on its watch) and write its
+    status (its credentials work); no pod runs."""
+    fleet.create(name, model={"architecture": "charformer"})
     status = fleet.wait_done(name, timeout_s=120)
     assert (status["phase"], status["reason"]) == ("Failed", "BadInput"), status
     return status
