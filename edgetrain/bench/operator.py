@@ -461,6 +461,12 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         apply_crds(kube)
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": NAMESPACE}})
+        # The worker identity the chart gives an enabled job namespace (worker.namespaces);
+        # the operator creates no RBAC and fails jobs in a namespace without it. No RoleBinding:
+        # the bench's fake worker publishes with its own client, not as the pods.
+        kube.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "edgetrain-worker", "namespace": NAMESPACE}})
         kubeconfig = operator_kubeconfig(kube, cluster.pki, root / "operator.kubeconfig")
         argv = [sys.executable, "-m", "edgetrain", "operator", "--kubeconfig", str(kubeconfig)]
         if config.poll_interval_s is not None:

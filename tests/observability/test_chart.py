@@ -194,7 +194,9 @@ def test_operator_rbac_creates_no_rbac_and_reads_no_secrets() -> None:
     assert sa_rule["verbs"] == ["get"]
     bindings = {(d["metadata"]["namespace"], d["roleRef"]["name"])
                 for d in docs if d["kind"] == "RoleBinding"}
-    assert bindings == {("ml", "t-edgetrain-worker"), ("vision", "t-edgetrain-worker")}
+    # Worker identities where the values say, and the operator's own Lease in its namespace.
+    assert bindings == {("ml", "t-edgetrain-worker"), ("vision", "t-edgetrain-worker"),
+                        ("edgetrain", "t-edgetrain-operator-leader-election")}
 
 
 def test_render_options() -> None:
