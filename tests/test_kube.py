@@ -75,8 +75,9 @@ def test_unreadable_kubeconfig_says_so(tmp_path: Path) -> None:
         load_configuration(tmp_path / "absent")
 
 
-def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def _in_cluster_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pod's view: the service-account folder (token "first", the CA) and the in-cluster
+    environment pointing at it."""
     sa = tmp_path / "sa"
     sa.mkdir()
     (sa / "token").write_text("first")
@@ -84,6 +85,12 @@ def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.9")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     monkeypatch.setenv(kube.ENV_SERVICE_ACCOUNT_DIR, str(sa))
+    return sa
+
+
+def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sa = _in_cluster_service_account(tmp_path, monkeypatch)
     monkeypatch.setattr(kube, "TOKEN_REREAD_S", 0.0)
     cfg = load_configuration()
     assert cfg.host == "https://127.0.0.9:6443"
@@ -96,13 +103,7 @@ def test_in_cluster_token_is_reread_at_once_after_a_401(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Between the periodic re-reads the client keeps its token; a 401 makes it read the file
     again (the old token was revoked and the kubelet wrote a new one)."""
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    (sa / "token").write_text("first")
-    (sa / "ca.crt").write_bytes(ensure_pki(tmp_path / "pki").ca_crt.read_bytes())
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.9")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
-    monkeypatch.setenv(kube.ENV_SERVICE_ACCOUNT_DIR, str(sa))
+    sa = _in_cluster_service_account(tmp_path, monkeypatch)
     client = kube.KubeClient.connect()
     cfg = client.configuration
     (sa / "token").write_text("second")
