@@ -122,6 +122,7 @@ class OperatorBenchResult(BaseModel):
     phases_at_end: dict[str, int]
     failure_messages: list[str]
     wall_s: float  # first job created → last job final (or the deadline)
+    submit_s: float = 0.0  # first job POSTed → last job's POST answered
     decisions: int
     decision_p50_s: float | None
     decision_p95_s: float | None
@@ -143,6 +144,9 @@ class OperatorBenchResult(BaseModel):
     node_list_mb: float  # one GET /api/v1/nodes answer
     objects_created: dict[str, int]
     bench_errors: list[str]
+    # ERROR records of the operator's handlers and reconciles (first 10); kopf's own retried
+    # connection errors while the API server starts are not counted.
+    operator_errors: list[str] = []
 
 
 # --- what the bench sees -----------------------------------------------------------------
@@ -412,14 +416,39 @@ def _wait_schedulable(kube: KubeClient, count: int, reporter: Reporter,
         time.sleep(5.0)  # each look lists every node
 
 
-def _wait_operator(proc: ManagedProcess, timeout_s: float = 120.0) -> None:
+def _wait_operator(proc: ManagedProcess, audit_log: Path, timeout_s: float = 180.0) -> None:
+    """Until the operator watches the jobs and the nodes (its watch requests are in the audit
+    log) and has gone idle (its start-up lists indexed). kopf handles no job before its indexes
+    are filled: a job created earlier waits for the operator's start-up, not for a decision."""
     deadline = time.monotonic() + timeout_s
-    while "Initial authentication has finished" not in proc.log_path.read_text(errors="replace"):
+    while not _watching(audit_log, {PLURAL, "nodes"}):
         proc.check()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the operator did not start within {timeout_s:.0f} s; see"
-                               f" {proc.log_path}")
+            raise RuntimeError(f"the operator did not watch {PLURAL} and nodes within"
+                               f" {timeout_s:.0f} s; see {proc.log_path}")
         time.sleep(0.2)
+    before = read_proc(proc.pid)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = read_proc(proc.pid)
+        if before is None or now is None or now.cpu_s - before.cpu_s < IDLE_CPU_S:
+            return
+        before = now
+
+
+# CPU seconds per second below which the operator counts as idle (kopf's own housekeeping).
+IDLE_CPU_S = 0.05
+
+
+def _watching(audit_log: Path, resources: set[str]) -> bool:
+    """Whether the operator has opened a watch on each of `resources`."""
+    if not audit_log.is_file():
+        return False
+    seen = set()
+    for line in audit_log.read_text(errors="replace").splitlines():
+        if '"verb":"watch"' in line:
+            seen |= {r for r in resources if f'"resource":"{r}"' in line}
+    return seen == resources
 
 
 def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
@@ -477,7 +506,7 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         watches = _Watches(kube)
         worker = FakeWorker(kube, NAMESPACE, specs, nodes, cost, config.work_s, tracker.publish)
         try:
-            _wait_operator(operator)
+            _wait_operator(operator, audit_log_path(root))
             pids = {"operator": operator.pid,
                     **{n: c.pid for n, c in cluster.components.items()}}
             sampler = _Sampler(pids)
@@ -493,6 +522,7 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             sampler.start()
             started = time.monotonic()
             _submit(kube, manifests, tracker, config.submit_workers)
+            submit_s = time.monotonic() - started
             reporter.start("jobs", total=config.jobs)
             end = _wait_jobs(tracker, started + config.deadline_s, reporter, operator)
             sampler.finish()
@@ -504,10 +534,25 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             operator_peak = read_proc(operator.pid)
             operator.stop(grace_s=10.0)
         requests = read_audit(audit_log_path(root), start_epoch, end_epoch)
+        op_errors = operator_log_errors(root / "logs" / "operator.log")
     if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
         shutil.rmtree(root, ignore_errors=True)
     return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
-                   load_before, idle_rss, operator_peak, worker.errors)
+                   load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s)
+
+
+def operator_log_errors(path: Path, limit: int = 10) -> list[str]:
+    """ERROR lines of the operator's own loggers and of kopf's handler runs in its log."""
+    if not path.is_file():
+        return []
+    errors = []
+    for line in path.read_text(errors="replace").splitlines():
+        fields = line.split(" ", 4)
+        if len(fields) == 5 and fields[2] in ("ERROR", "CRITICAL") and fields[3].startswith(
+            ("edgetrain", "kopf.objects")
+        ):
+            errors.append(line[:300])
+    return errors[:limit]
 
 
 def _submit(kube: KubeClient, manifests: list[Obj], tracker: Tracker, workers: int) -> None:
@@ -551,7 +596,8 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
             requests: ApiRequests, sampler: _Sampler, window_s: float,
             counts: dict[str, int], node_list_mb: float, load_before: float,
             idle: ProcReading | None, peak: ProcReading | None,
-            errors: list[str]) -> OperatorBenchResult:
+            errors: list[str], operator_errors: list[str], submit_s: float,
+            ) -> OperatorBenchResult:
     per_kind: dict[str, list[float | None]] = {"start": [], "efficiency": [], "profiles": [],
                                                "training": []}
     for track in tracker.jobs.values():
@@ -575,6 +621,7 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         phases_at_end=dict(phases),
         failure_messages=sorted(set(failed))[:5],
         wall_s=round(window_s, 1),
+        submit_s=round(submit_s, 2),
         decisions=pooled.count,
         decision_p50_s=pooled.p50_s,
         decision_p95_s=pooled.p95_s,
@@ -596,4 +643,5 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         node_list_mb=round(node_list_mb, 2),
         objects_created=dict(tracker.counts),
         bench_errors=errors[:10],
+        operator_errors=operator_errors,
     )

@@ -103,6 +103,15 @@ def decide(
     return out
 
 
+def awaited_configmaps(status: PowerAwareTrainingJobStatus) -> list[str]:
+    """The cache ConfigMaps whose publication moves the job on from its current phase."""
+    if status.phase is Phase.estimating and status.efficiency is not None:
+        return [status.efficiency.config_map]
+    if status.phase is Phase.profiling:
+        return [p.config_map for p in status.profiles]
+    return []
+
+
 def _transition(out: Decision, to: Phase, reason: str, message: str) -> None:
     kind, why, text = ph.transition(out.status, to, reason, message)
     out.actions.append(PostEvent(kind, why, text))

@@ -1,12 +1,16 @@
 """kopf handlers: thin wrappers that run `Reconciler.reconcile` and write status and Events.
 
 Settings are read from the environment when this module is imported (`edgetrain operator`
-sets the environment from its flags first), because kopf's timer interval is fixed at
+sets the environment from its flags first), because the handlers' retry back-off is fixed at
 registration.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import logging
 import threading
 import time
@@ -26,9 +30,11 @@ from edgetrain.api.keys import (
 )
 from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
 from edgetrain.operator import manifests as mf
+from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
+from edgetrain.operator.wake import Wakeups, sleep_or_wake
 from edgetrain.operator.world import Producer
 
 SETTINGS: OperatorSettings = load_settings()
@@ -38,13 +44,17 @@ stats_log = logging.getLogger("edgetrain.operator.stats")
 log = logging.getLogger("edgetrain.operator")
 _lock = threading.Lock()
 _reconciler: Reconciler | None = None
-# uid → (the status a reconcile started from, the status the API server accepted). A timer can
+# uid → (the status a reconcile started from, the status the API server accepted). A poll can
 # fire on a body that does not show our last status patch yet; reconciling that stale body again
 # would repeat transitions, so a body still showing the old status is read as showing the new
 # one. Recorded only after the write succeeded; released when the job is final or deleted.
 _written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-# kopf runs timers beside the change handlers: one reconcile per job at a time.
+# kopf runs the poll loops beside the change handlers: one reconcile per job at a time.
 _job_locks: dict[str, threading.Lock] = {}
+WAKEUPS = Wakeups()
+# Where poll loops run their reconciles: kopf's own pool for sync handlers (set at startup), so
+# change handlers and polls share one bound on threads.
+_executor: concurrent.futures.Executor | None = None
 
 
 def _job_lock(uid: str) -> threading.Lock:
@@ -62,12 +72,17 @@ def reconciler() -> Reconciler:
 
 
 class _QuietPolls(logging.Filter):
-    """Drop kopf's "Timer 'poll' succeeded." and "Handler 'forget' succeeded." lines: one per job
-    every poll interval or status write would bury the transitions in `kubectl logs`."""
+    """Drop kopf's lines for routine handlers ("Handler 'forget' succeeded.", the wake-ups): one
+    per job on every status write or watched event would bury the transitions in `kubectl
+    logs`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return not text.startswith(("Timer 'poll' succeeded", "Handler 'forget' succeeded"))
+        return not text.startswith(_ROUTINE)
+
+
+_ROUTINE = ("Handler 'forget' succeeded",
+            "Handler 'wake-on-cache' succeeded", "Handler 'wake-on-job' succeeded")
 
 
 logging.getLogger("kopf.objects").addFilter(_QuietPolls())
@@ -106,6 +121,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    global _executor
+    _executor = settings.execution.executor
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="edgetrain.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="edgetrain.io", key="last-handled-configuration"
@@ -170,6 +187,8 @@ def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
     obj["metadata"]["namespace"] = body.metadata.namespace
     ns, name = body.metadata.namespace, body.metadata.name
     step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
+    WAKEUPS.await_configmaps((str(ns), mf.label_value(str(name))),
+                             awaited_configmaps(step.status))
     for event in step.events:
         # Events take at most 1024 characters; fit_string keeps the end (the last lines).
         kopf.event(body, type=event.type, reason=event.reason,
@@ -250,22 +269,67 @@ def on_power_limit(body: kopf.Body, old: Any, new: Any, **kwargs: Any) -> None:
         _run(body, kwargs)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=SETTINGS.poll_interval_s, sharp=False, id="poll",
+@kopf.daemon(
+    GROUP, VERSION, PLURAL, id="poll", cancellation_backoff=1.0, cancellation_timeout=1.0,
     when=lambda body, **_: not _final(body),
 )
-def on_timer(body: kopf.Body, **kwargs: Any) -> None:
-    """Poll the job's own Jobs, DaemonSets and pods; the rest comes from the indexes."""
-    if not _final(body):
+async def poll(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+    """Reconcile the job when an input it waits for lands (`wake.py`), else every poll
+    interval (what no watch reports: pods, nodes, deadlines). The body is kopf's live view."""
+    job = (str(body.metadata.namespace), mf.label_value(str(body.metadata.name)))
+    wake = WAKEUPS.register(job)
+    loop = asyncio.get_running_loop()
+    try:
+        while not stopped and not _final(body):
+            await sleep_or_wake(wake, SETTINGS.poll_interval_s)
+            if stopped or _final(body):
+                break
+            # kopf.event() reads kopf's context variables: the thread runs in this task's copy.
+            context = contextvars.copy_context()
+            await loop.run_in_executor(
+                _executor, functools.partial(context.run, _run_logged, body, kwargs))
+    finally:
+        WAKEUPS.unregister(job)
+
+
+def _run_logged(body: kopf.Body, kwargs: dict[str, Any]) -> None:
+    """A poll's reconcile: an error is logged and the next poll tries again (a timer's
+    failure would have been kopf's to log and retry)."""
+    try:
         _run(body, kwargs)
+    except Exception:
+        log.exception("%s/%s: reconcile failed; retrying on the next poll",
+                      body.metadata.namespace, body.metadata.name)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
-def on_event(type: str, body: kopf.Body, **_: Any) -> None:
+async def on_event(type: str, body: kopf.Body, **_: Any) -> None:
     """A deleted or finished job needs no memory any more: release it (an operator watching a
     fleet for months must not grow with every job it ever saw)."""
     if type == "DELETED" or _final(body):
         forget(str(body.metadata.uid))
+        # Its poll loop may sleep for a whole interval: wake it so that it ends by itself.
+        WAKEUPS.job_changed((str(body.metadata.namespace),
+                             mf.label_value(str(body.metadata.name))))
+
+
+# --- wake-ups: inputs landing, seen by the index watches (no extra watch) ---------------------
+
+
+@kopf.on.event("configmaps", labels={LABEL_CACHE: kopf.PRESENT}, id="wake-on-cache")
+async def wake_on_cache(namespace: str | None, name: str | None, type: str | None,
+                        **_: Any) -> None:
+    """A cache ConfigMap written: wake the jobs waiting for it (after kopf indexed it, so the
+    woken reconcile sees it)."""
+    if type != "DELETED":
+        WAKEUPS.configmap_changed(namespace or "", name or "")
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="wake-on-job")
+async def wake_on_job(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """One of a job's Jobs finished (or failed): wake the job that owns it."""
+    if _done(body):
+        WAKEUPS.job_changed((namespace or "", str(body.metadata.labels[LABEL_JOB])))
 
 
 # --- indexes: the cluster-wide facts a reconcile reads, kept current by watches ---------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,9 +57,10 @@ class NodeInfo:
         return cls(str(node["metadata"]["name"]), tuple(sorted(labels.items())),
                    node_schedulable(node))
 
-    @property
+    @functools.cached_property
     def label_map(self) -> dict[str, str]:
-        """The labels as a dict."""
+        """The labels as a dict (built once: every profiling reconcile reads it for each node
+        of the fleet)."""
         return dict(self.labels)
 
 

@@ -27,6 +27,7 @@ from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
 V = TypeVar("V")
+_WORKLOADS = ("jobs", "daemonsets")
 
 # kopf's Index is a Mapping of key → Store (an iterable of the values of every indexed object).
 IndexView = Mapping[Any, Iterable[V]]
@@ -82,8 +83,12 @@ class Reconciler:
     # --- gathering ---
 
     def world(self, patj: Obj, status: PowerAwareTrainingJobStatus,
-              spec: PowerAwareTrainingJobSpec | str, indexes: Indexes) -> wd.World:
-        """Everything `decide` needs for the job's current phase, and nothing else."""
+              spec: PowerAwareTrainingJobSpec | str, indexes: Indexes,
+              entered: bool = False) -> wd.World:
+        """Everything `decide` needs for the job's current phase, and nothing else. `entered`:
+        EstimatingEfficiency began in this reconcile, so it has made no Job yet (a leftover from
+        before a restart answers the create with 409, which counts as success). Profiling still
+        reads its DaemonSets: a leftover one must be deleted once its profile is published."""
         meta = patj["metadata"]
         ns, name = meta["namespace"], meta["name"]
         job = {"metadata": {k: meta.get(k) for k in
@@ -111,7 +116,9 @@ class Reconciler:
             cm = mf.efficiency_configmap_name(key)
             configmaps.update(self._cache(indexes, ns, [cm]))
             producers[key] = tuple(_values(indexes.estimators, (ns, key)))
-            jobs = self._list("batch/v1", "jobs", ns, f"{mine},{LABEL_PHASE}=estimate")
+            # The vector is published: the Job that made it no longer matters to the decision.
+            if not entered and cm not in configmaps:
+                jobs = self._list("batch/v1", "jobs", ns, f"{mine},{LABEL_PHASE}=estimate")
             if jobs:
                 pods = list(self._list("v1", "pods", ns, f"{mine},{LABEL_PHASE}=estimate")
                             .values())
@@ -136,7 +143,9 @@ class Reconciler:
             if status.efficiency is not None:
                 names.append(status.efficiency.config_map)
             configmaps.update(self._cache(indexes, ns, names, read_missing=True))
-            load = {n.name: len(_values(indexes.training, n.name)) for n in nodes}
+            # From the index's few entries (nodes that train), not a lookup per node of the fleet.
+            load = dict(_retry(lambda: [(str(node), len(list(store)))
+                                        for node, store in list(indexes.training.items())]))
         elif phase is Phase.training:
             progress = mf.progress_configmap_name(name)
             got = self.kube.get_or_none(api_path("v1", "configmaps", ns, progress))
@@ -225,12 +234,18 @@ class Reconciler:
         if status.phase.final:
             return step
         spec = dc.parse_spec(patj.get("spec"))
+        entered = False
         for _ in range(5):
-            world = self.world(patj, step.status, spec, indexes)
+            world = self.world(patj, step.status, spec, indexes, entered)
             decision = dc.decide(spec, step.status, world, self.settings)
             self.execute(decision.actions)
             step.events += decision.events
             before, step.status = step.status.phase, decision.status
             if step.status.phase is before or step.status.phase.final:
+                break
+            entered = True
+            if any(isinstance(a, wd.Create) and a.plural in _WORKLOADS for a in decision.actions):
+                # A Job or DaemonSet just created has produced nothing yet: what it publishes
+                # wakes the job (wake.py); reading its empty world now would only cost GETs.
                 break
         return step

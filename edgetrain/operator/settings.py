@@ -38,7 +38,9 @@ class OperatorSettings(BaseModel):
         default=10.0, description="first retry delay; doubles with each failed attempt"
     )
     poll_interval_s: Annotated[float, Field(gt=0)] = Field(
-        default=2.0, description="reconcile timer per running job"
+        default=10.0,
+        description="fallback reconcile period per running job; inputs landing wake a job at"
+        " once, the poll catches what no watch reports (pods, nodes, deadlines, progress)",
     )
     no_node_grace_s: Annotated[float, Field(ge=0)] = Field(
         default=300.0,

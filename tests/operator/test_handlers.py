@@ -3,6 +3,7 @@ it, and the per-job memory released when a job is final or deleted."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,8 @@ def test_status_is_remembered_only_once_written_and_released_on_delete(
     assert "status not written (HTTP 404" in caplog.text
 
     kube.delete(patj_path(namespace, "memo"))
-    handlers.on_event(type="DELETED", body=kopf.Body(made))
-    handlers.on_event(type="DELETED", body=kopf.Body(ghost))
+    asyncio.run(handlers.on_event(type="DELETED", body=kopf.Body(made)))
+    asyncio.run(handlers.on_event(type="DELETED", body=kopf.Body(ghost)))
     assert uid not in handlers._written and uid not in handlers._job_locks
     assert "ghost-uid" not in handlers._job_locks
 
@@ -74,11 +75,11 @@ def test_status_is_remembered_only_once_written_and_released_on_delete(
 def test_final_jobs_release_their_memory() -> None:
     handlers._written["f"] = ({}, {})
     handlers._job_lock("f")
-    handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "f"},
-                                                      "status": {"phase": "Succeeded"}}))
+    asyncio.run(handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "f"},
+                                                      "status": {"phase": "Succeeded"}})))
     assert "f" not in handlers._written and "f" not in handlers._job_locks
     handlers._written["r"] = ({}, {})
-    handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "r"},
-                                                      "status": {"phase": "Training"}}))
+    asyncio.run(handlers.on_event(type="MODIFIED", body=kopf.Body({"metadata": {"uid": "r"},
+                                                      "status": {"phase": "Training"}})))
     assert "r" in handlers._written  # a running job keeps it
     handlers.forget("r")
