@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,10 +75,35 @@ class Candidate:
     nodes: tuple[str, ...]
 
 
+# (id of a nodes sequence, selector, exclude) → (that sequence, its candidates). The reconciler
+# hands every reconcile of a burst the same fleet snapshot (`Reconciler.fleet`), so grouping a
+# fleet of thousands of nodes is done once per snapshot and selector, not once per job.
+_MEMO: OrderedDict[tuple[int, tuple[tuple[str, str], ...], frozenset[str]],
+                   tuple[Sequence[NodeInfo], tuple[Candidate, ...]]] = OrderedDict()
+_MEMO_SIZE = 64
+_memo_lock = threading.Lock()
+
+
 def candidates(
     nodes: Sequence[NodeInfo], selector: dict[str, str], exclude: frozenset[str] = frozenset()
 ) -> list[Candidate]:
     """Group the Ready nodes matching `selector` by device model (sorted, deterministic)."""
+    key = (id(nodes), tuple(sorted(selector.items())), exclude)
+    with _memo_lock:
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is nodes:  # `is`: an id may be reused once freed
+            return list(hit[1])
+    found = _group(nodes, selector, exclude)
+    with _memo_lock:
+        _MEMO[key] = (nodes, tuple(found))
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return found
+
+
+def _group(
+    nodes: Sequence[NodeInfo], selector: dict[str, str], exclude: frozenset[str]
+) -> list[Candidate]:
     groups: dict[str, list[NodeInfo]] = {}
     for node in nodes:
         labels = node.label_map

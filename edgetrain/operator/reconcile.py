@@ -10,6 +10,7 @@ start it twice). Every action is idempotent: 409 on create and 404 on delete are
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,17 +18,20 @@ from typing import Any, TypeVar
 
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_JOB, LABEL_L4T, LABEL_PHASE
+from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
-from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.phases import NodeInfo, candidates
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
 V = TypeVar("V")
 _WORKLOADS = ("jobs", "daemonsets")
+# How long one snapshot of the fleet serves reconciles: far below a node's NotReady grace, and
+# the index itself trails the API server by about as much.
+FLEET_SNAPSHOT_S = 0.5
 
 # kopf's Index is a Mapping of key → Store (an iterable of the values of every indexed object).
 IndexView = Mapping[Any, Iterable[V]]
@@ -79,6 +83,8 @@ class Reconciler:
         self.kube = client
         self.settings = settings
         self._identities: set[str] = set()  # namespaces seen with the worker ServiceAccount
+        self._fleet_lock = threading.Lock()
+        self._fleet: tuple[object, float, tuple[NodeInfo, ...]] = (None, 0.0, ())
 
     # --- gathering ---
 
@@ -96,7 +102,7 @@ class Reconciler:
         phase = status.phase
         nodes: tuple[NodeInfo, ...] = ()
         if phase in (Phase.profiling, Phase.selecting):
-            nodes = tuple(_all_values(indexes.nodes))
+            nodes = self.fleet(indexes)
         elif phase is Phase.training and status.selection is not None:
             nodes = tuple(_values(indexes.nodes, status.selection.node))
         configmaps: dict[str, Mapping[str, str]] = {}
@@ -128,9 +134,8 @@ class Reconciler:
                     if got is not None:
                         configmaps[cm] = dict(got.get("data") or {})
         elif phase is Phase.profiling:
-            models = {(n.label_map.get(LABEL_DEVICE_MODEL), n.label_map.get(LABEL_L4T))
-                      for n in nodes}
-            keys = [mf.profile_key(spec, m, l4t) for m, l4t in models if m]
+            keys = [mf.profile_key(spec, c.device_model, c.l4t)
+                    for c in candidates(nodes, self.settings.jetson_selector)]
             configmaps.update(self._cache(indexes, ns, [mf.profile_configmap_name(k)
                                                         for k in keys]))
             producers.update({k: tuple(_values(indexes.profilers, (ns, k))) for k in keys})
@@ -161,6 +166,17 @@ class Reconciler:
         return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
                         pods=tuple(pods), producers=producers, worker_identity=worker_identity)
+
+    def fleet(self, indexes: Indexes) -> tuple[NodeInfo, ...]:
+        """The Jetson nodes from the index, as one snapshot shared by the reconciles of the next
+        `FLEET_SNAPSHOT_S` (a burst of jobs then groups a large fleet once, not once per job)."""
+        now = time.monotonic()
+        with self._fleet_lock:
+            index, taken, nodes = self._fleet
+            if index is not indexes.nodes or now - taken > FLEET_SNAPSHOT_S:
+                nodes = tuple(_all_values(indexes.nodes))
+                self._fleet = (indexes.nodes, now, nodes)
+            return nodes
 
     def _worker_identity(self, ns: str) -> bool:
         """`ns` has the worker ServiceAccount (remembered once seen, for this operator run)."""

@@ -32,6 +32,20 @@ def test_candidates_group_ready_matching_nodes() -> None:
     assert ph.least_loaded(("a", "b"), {}) == "a"
 
 
+def test_candidates_are_memoized_per_snapshot_object_not_per_content() -> None:
+    """One fleet snapshot grouped once per selector; a new snapshot (a node gone NotReady) is
+    grouped again even though the memo holds the old one."""
+    fleet = (_node("a", "nano"), _node("b", "orin"))
+    first = ph.candidates(fleet, {"edgetrain.io/node-kind": "jetson"})
+    again = ph.candidates(fleet, {"edgetrain.io/node-kind": "jetson"})
+    assert again == first and again is not first  # a copy: callers may change their list
+    changed = (_node("a", "nano"), _node("b", "orin", ready=False))
+    assert [c.device_model for c in ph.candidates(changed, {"edgetrain.io/node-kind": "jetson"})
+            ] == ["nano"]
+    assert [c.device_model for c in ph.candidates(fleet, {"edgetrain.io/device-model": "orin"})
+            ] == ["orin"]
+
+
 def _pod(exit_code: int, message: str = "") -> dict[str, Any]:
     return {"metadata": {"creationTimestamp": "t"}, "status": {"containerStatuses": [
         {"state": {"terminated": {"exitCode": exit_code, "reason": "Error", "message": message}}}]}}

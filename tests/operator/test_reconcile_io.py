@@ -3,13 +3,16 @@ so every request a reconcile makes is inside the job's namespace, and only a few
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, TrainingStatus
 from edgetrain.cluster import KubeClient
+from edgetrain.operator import reconcile
 from edgetrain.operator import world as wd
+from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
@@ -57,3 +60,17 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
         assert {n.name for n in world.nodes} == {"n1", "n2"}  # from the index, not the API
     if phase == "selecting":
         assert world.training_load == {"n1": 1}  # nodes that train; absent means idle
+
+
+def test_the_fleet_snapshot_is_shared_briefly_then_taken_again(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = Reconciler(kube, load_settings({}))
+    nodes: dict[str, list[NodeInfo]] = {"n1": [node("n1")]}
+    indexes = Indexes(nodes=nodes)
+    first = rec.fleet(indexes)
+    nodes["n2"] = [node("n2")]
+    assert rec.fleet(indexes) is first  # within FLEET_SNAPSHOT_S: the same snapshot
+    clock = time.monotonic() + reconcile.FLEET_SNAPSHOT_S + 1
+    monkeypatch.setattr(reconcile.time, "monotonic", lambda: clock)
+    assert {n.name for n in rec.fleet(indexes)} == {"n1", "n2"}
