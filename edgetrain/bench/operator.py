@@ -123,6 +123,8 @@ class OperatorBenchResult(BaseModel):
     failure_messages: list[str]
     wall_s: float  # first job created → last job final (or the deadline)
     submit_s: float = 0.0  # first job POSTed → last job's POST answered
+    # operator started → watching jobs and nodes and idle (its start-up lists indexed)
+    operator_ready_s: float = 0.0
     decisions: int
     decision_p50_s: float | None
     decision_p95_s: float | None
@@ -506,7 +508,10 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         watches = _Watches(kube)
         worker = FakeWorker(kube, NAMESPACE, specs, nodes, cost, config.work_s, tracker.publish)
         try:
-            _wait_operator(operator, audit_log_path(root))
+            launched = time.monotonic()
+            _wait_operator(operator, audit_log_path(root),
+                           timeout_s=max(180.0, 0.2 * config.nodes))
+            ready_s = time.monotonic() - launched
             pids = {"operator": operator.pid,
                     **{n: c.pid for n, c in cluster.components.items()}}
             sampler = _Sampler(pids)
@@ -538,7 +543,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
     if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
         shutil.rmtree(root, ignore_errors=True)
     return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
-                   load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s)
+                   load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s,
+                   ready_s)
 
 
 def operator_log_errors(path: Path, limit: int = 10) -> list[str]:
@@ -597,7 +603,7 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
             counts: dict[str, int], node_list_mb: float, load_before: float,
             idle: ProcReading | None, peak: ProcReading | None,
             errors: list[str], operator_errors: list[str], submit_s: float,
-            ) -> OperatorBenchResult:
+            ready_s: float) -> OperatorBenchResult:
     per_kind: dict[str, list[float | None]] = {"start": [], "efficiency": [], "profiles": [],
                                                "training": []}
     for track in tracker.jobs.values():
@@ -622,6 +628,7 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         failure_messages=sorted(set(failed))[:5],
         wall_s=round(window_s, 1),
         submit_s=round(submit_s, 2),
+        operator_ready_s=round(ready_s, 1),
         decisions=pooled.count,
         decision_p50_s=pooled.p50_s,
         decision_p95_s=pooled.p95_s,

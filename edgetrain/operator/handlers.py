@@ -24,14 +24,13 @@ from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_str
 from edgetrain.api.keys import (
     LABEL_CACHE,
     LABEL_CACHE_KEY,
-    LABEL_DEVICE_MODEL,
     LABEL_JOB,
     LABEL_PHASE,
 )
 from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.decide import awaited_configmaps
-from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.fleet import FleetWatch
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
 from edgetrain.operator.wake import Wakeups, sleep_or_wake
@@ -52,6 +51,7 @@ _written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 # kopf runs the poll loops beside the change handlers: one reconcile per job at a time.
 _job_locks: dict[str, threading.Lock] = {}
 WAKEUPS = Wakeups()
+FLEET: FleetWatch | None = None  # the Jetson nodes (operator/fleet.py), from startup on
 # Where poll loops run their reconciles: kopf's own pool for sync handlers (set at startup), so
 # change handlers and polls share one bound on threads.
 _executor: concurrent.futures.Executor | None = None
@@ -131,7 +131,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # nodes travel to the operator (the handlers' label filters narrow them further).
     managed = f"{mf.LABEL_MANAGED}={mf.MANAGER}"
     settings.watching.label_selectors["configmaps"] = LABEL_CACHE
-    settings.watching.label_selectors["nodes"] = LABEL_DEVICE_MODEL
     settings.watching.label_selectors["jobs"] = managed
     settings.watching.label_selectors["daemonsets"] = managed
     if SETTINGS.peering:
@@ -139,10 +138,25 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.mandatory = True
 
 
+@kopf.on.startup()
+def watch_fleet(**_: Any) -> None:
+    """The Jetson nodes, listed before the first job is handled and watched from then on."""
+    global FLEET
+    FLEET = FleetWatch(KubeClient.connect()).start()
+    log.info("fleet: %d Jetson node(s) listed", len(FLEET))
+
+
+@kopf.on.cleanup()
+def unwatch_fleet(**_: Any) -> None:
+    """Stop the node watch with the operator."""
+    if FLEET is not None:
+        FLEET.stop()
+
+
 def _indexes(kwargs: dict[str, Any]) -> Indexes:
     """The kopf indexes among a handler's kwargs (kopf names them after their functions)."""
     return Indexes(
-        nodes=kwargs.get("edgetrain_nodes", {}),
+        nodes=FLEET if FLEET is not None else {},
         training=kwargs.get("edgetrain_training", {}),
         cache=kwargs.get("edgetrain_cache", {}),
         estimators=kwargs.get("edgetrain_estimators", {}),
@@ -338,12 +352,6 @@ async def wake_on_job(body: kopf.Body, namespace: str | None, **_: Any) -> None:
 def _done(body: kopf.Body) -> bool:
     st = body.get("status") or {}
     return bool(st.get("succeeded") or st.get("failed") or body.metadata.get("deletionTimestamp"))
-
-
-@kopf.index("nodes", labels={LABEL_DEVICE_MODEL: kopf.PRESENT})
-async def edgetrain_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeInfo]:
-    """Jetson nodes by name: labels and whether pods may land on them."""
-    return {name: NodeInfo.of(body)}  # type: ignore[arg-type]
 
 
 @kopf.index("batch", "v1", "jobs", labels={LABEL_PHASE: "train"})
