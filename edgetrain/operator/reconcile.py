@@ -2,9 +2,10 @@
 
 Cluster-wide facts come from watches: the nodes from the fleet watch (`fleet.py`), training
 Jobs per node, cache ConfigMaps and other jobs' producers from kopf indexes (`handlers.py`), so
-a tick lists nothing cluster-wide; only this job's own objects are read, by name or by its label, fresh from the API
-server (an index may lag a create by a moment, and a decision on a Job that seems missing would
-start it twice). Every action is idempotent: 409 on create and 404 on delete are success.
+a tick lists nothing cluster-wide; only this job's own objects are read, by name or by its
+label, fresh from the API server (an index may lag a create by a moment, and a decision on a
+Job that seems missing would start it twice). Every action is idempotent: 409 on create and
+404 on delete are success.
 """
 
 from __future__ import annotations
