@@ -209,6 +209,35 @@ def test_job_succeeds_then_second_job_hits_the_cache(
           f" operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
 
 
+def test_predicted_profiling_plans_a_full_power_mode(
+    kube: KubeClient, shared_ns: str, operator: OperatorProcess
+) -> None:
+    """`strategy.profiling: predicted` through the cluster: the profiling pod on the Orin Nano
+    measures at most `predictPoints` (batch size, power mode) points and predicts the rest, the
+    plan is a full power mode, and the training pod carries it for the node agent."""
+    body = job_manifest(
+        "predicted", powerLimitWatts=10,
+        placement={"nodeSelector": {"edgetrain.io/device-model": "jetson-orin-nano"}},
+        strategy={"profiling": "predicted", "predictPoints": 6})
+    del body["spec"]["gpuFrequenciesHz"]  # the Nano's table; the Orin's whole grid is sampled
+    name = _create(kube, shared_ns, body)
+    status = wait_phase(kube, shared_ns, name, DONE, 420, operator)["status"]
+    assert status["phase"] == "Succeeded", status
+    (profile,) = status["profiles"]
+    data = kube.get(api_path("v1", "configmaps", shared_ns, profile["configMap"]))["data"]
+    meta = json.loads(data["profile.meta.json"])
+    assert meta["measured_points"] <= 6 < meta["grid_points"], meta
+    sel = status["selection"]
+    assert sel["node"] == "vn-jetson-orin-nano-0" and sel["powerWatts"] <= 10
+    assert sel["cpuCores"] and sel["cpuFrequencyHz"] and sel["emcFrequencyHz"], sel
+    (job,) = _jobs(kube, shared_ns, "train", name)
+    (pod,) = kube.get(api_path("v1", "pods", shared_ns),
+                      labelSelector=f"job-name={job['metadata']['name']}")["items"]
+    ann = pod["metadata"]["annotations"]
+    assert ann["edgetrain.io/cpu-cores"] == str(sel["cpuCores"])
+    assert ann["edgetrain.io/emc-frequency-hz"] == str(sel["emcFrequencyHz"])
+
+
 def test_estimate_retries_then_gives_up(
     kube: KubeClient, shared_ns: str, operator: OperatorProcess
 ) -> None:
