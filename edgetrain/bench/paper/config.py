@@ -235,14 +235,17 @@ PAPER_BATCH_SIZES = [4, 8, 16, 32, 64, 128]
 #: The paper's three boards (twin names).
 PAPER_BOARDS = ["jetson-nano", "jetson-tx2-nx", "jetson-agx-orin"]
 
-# Targets a bit below each set's plateau, read once off seed 0's accuracy curves (b = 4, 32 and
-# the largest; docs/benchmarks/paper.md lists them), so that every batch size needs ≥ 10⁴ samples.
-# One proxy and one target per model (the paper has three sets): the shared machine's quiet
-# window left no time to calibrate and train a third (digits, austen-emma) within 90 minutes.
-TARGET_MNIST, TARGET_FMNIST = 0.92, 0.80  # PROVISIONAL
-TARGET_MB_MNIST, TARGET_MB_FMNIST = 0.92, 0.80  # PROVISIONAL
-TARGET_TOM, TARGET_SHERLOCK = 0.42, 0.42  # PROVISIONAL
-BUDGET_RESNET, BUDGET_MOBILENET, BUDGET_TEXT = 61_440, 61_440, 51_200  # PROVISIONAL
+# Targets: the shared machine's quiet window (08:18–09:48 UTC on the day) left no time to
+# calibrate them on seed 0 before the cold run had to start, so they are set once from what was
+# known (resnet8-w025 on MNIST plateaus near 0.95 at Adam 5e-3; charformer-small on Tom Sawyer
+# reaches 0.42 by ~38k samples at b=128) and checked afterwards against seed-0 curves
+# (docs/benchmarks/paper.md). One proxy and one target per model (the paper has three sets) for
+# the same reason. Never tuned towards the paper's ratios.
+TARGET_MNIST, TARGET_FMNIST = 0.92, 0.80
+TARGET_MB_MNIST, TARGET_MB_FMNIST = 0.92, 0.80
+TARGET_TOM, TARGET_SHERLOCK = 0.42, 0.42
+# Budgets: past every batch size's expected samples to target (a miss costs the whole budget).
+BUDGET_RESNET, BUDGET_MOBILENET, BUDGET_TEXT = 61_440, 51_200, 51_200
 CPU_IMAGE_SETS = [
     DatasetRef(name="mnist", target_accuracy=TARGET_MNIST),
     DatasetRef(name="fashion-mnist", limit=20_000, target_accuracy=TARGET_FMNIST),
@@ -287,16 +290,6 @@ def cpu_config(seeds: Sequence[int] | None = None) -> BenchConfig:
                 sample_budget=BUDGET_RESNET,
                 **image,
             ),
-            # The paper omits b=128 for MobileNetV2 (memory on the Nano).
-            WorkloadConfig(
-                label="mobilenetv2/mobilenetv2-tiny",
-                model="mobilenetv2-tiny",
-                twin_model="mobilenetv2",
-                datasets=CPU_MOBILENET_SETS,
-                batch_sizes=PAPER_BATCH_SIZES[:-1],
-                sample_budget=BUDGET_MOBILENET,
-                **image,
-            ),
             WorkloadConfig(
                 label="charformer/charformer-small",
                 model="charformer-small",
@@ -313,6 +306,17 @@ def cpu_config(seeds: Sequence[int] | None = None) -> BenchConfig:
                 sample_budget=BUDGET_TEXT,
                 eval_interval_samples=1024,
                 eval_samples=256,  # windows of 64 characters: 16,384 predictions per evaluation
+            ),
+            # Last: the costliest trainings (depthwise convolutions on one core), so the other two
+            # rows are cached first if a run must stop. The paper omits b=128 for MobileNetV2.
+            WorkloadConfig(
+                label="mobilenetv2/mobilenetv2-tiny",
+                model="mobilenetv2-tiny",
+                twin_model="mobilenetv2",
+                datasets=CPU_MOBILENET_SETS,
+                batch_sizes=PAPER_BATCH_SIZES[:-1],
+                sample_budget=BUDGET_MOBILENET,
+                **image,
             ),
         ],
         boards=[
