@@ -12,6 +12,7 @@ MODEL_ARCHITECTURES = (
     "resnet8",
     "mobilenetv2",
     "mobilenetv2-w025",
+    "mobilenetv2-tiny",
     "resnet8-w025",
     "charformer",
     "charformer-small",

@@ -32,11 +32,19 @@ def _parse_seeds(text: str | None) -> list[int] | None:
 @bench_app.command("paper")
 def bench_paper(
     scale: Annotated[
-        Scale, typer.Option(help="small: CPU-sized (~10 min here); paper: the paper's setup.")
+        Scale,
+        typer.Option(
+            help="small: a toy (~10 min here); cpu: the paper's method and shapes, sized for a"
+            " 2-core CPU (≤ 90 min cold, seconds cached); paper: the paper's setup (a GPU)."
+        ),
     ] = Scale.small,
-    output: Annotated[Path, typer.Option(help="Markdown table to write.")] = Path(
-        "docs/benchmarks/paper.md"
-    ),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Markdown table to write (default docs/benchmarks/paper/<scale>.md); the"
+            " results JSON (.json) and the figure (.png) go beside it."
+        ),
+    ] = None,
     seeds: Annotated[
         str | None, typer.Option(help="Comma-separated seeds (default: the scale's).")
     ] = None,
@@ -72,8 +80,14 @@ def bench_paper(
         # With --json, progress lines go to stderr so stdout stays one JSON document.
         with Reporter(stream=sys.stderr if json_output else None) as reporter:
             result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
+        if output is None:
+            output = Path("docs/benchmarks/paper") / f"{config.scale}.md"
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(render_markdown(result))
+        output.with_suffix(".json").write_text(result.summary().model_dump_json(indent=1) + "\n")
+        from edgetrain.bench.paper.plot import write_plot
+
+        write_plot(result, output.with_suffix(".png"))
         if json_output:
             typer.echo(result.model_dump_json())
         else:

@@ -86,6 +86,7 @@ MODELS: dict[str, TaskKind] = {
     "resnet8": "image",
     "mobilenetv2": "image",
     "mobilenetv2-w025": "image",
+    "mobilenetv2-tiny": "image",
     "resnet8-w025": "image",
     "charformer": "text",
     "charformer-small": "text",

@@ -1,7 +1,8 @@
 """`edgetrain bench paper`: the first paper's Tables 2–4 and Figure 5, real ML on a device twin.
 
 Split by role: `config` (what runs), `estimates` (cached real training), `evaluate` (the twin,
-the choices), `arithmetic`, `results` (models), `render` (Markdown).
+the choices), `profiles` (full and predicted profiles), `headline` (pooled figures with
+intervals), `arithmetic`, `results` (models), `render` (Markdown), `plot` (the figure).
 
 Samples to accuracy `N(b)` come from real PyTorch training (cached per seed); time and power come
 from the device twin, so every device figure here is simulated. The true time to accuracy of a
@@ -16,6 +17,7 @@ import time
 from edgetrain.bench.paper.config import BenchConfig, Scale, config_for
 from edgetrain.bench.paper.estimates import estimate_all
 from edgetrain.bench.paper.evaluate import evaluate_all, summaries_and_sensitivity
+from edgetrain.bench.paper.headline import headline
 from edgetrain.bench.paper.render import render_markdown
 from edgetrain.bench.paper.results import PaperBenchResult
 from edgetrain.workloads.progress import Reporter
@@ -35,7 +37,7 @@ def run_bench(
     started = time.monotonic()
     estimates, ran, training_s = estimate_all(config, reporter, threads=threads, jobs=jobs)
     cached = len(estimates) - ran
-    cases = evaluate_all(config, estimates)
+    cases, fits = evaluate_all(config, estimates, jobs=jobs)
     summaries, sensitivity = summaries_and_sensitivity(config, cases)
     return PaperBenchResult(
         config=config,
@@ -49,4 +51,7 @@ def run_bench(
         cases=cases,
         summaries=summaries,
         sensitivity=sensitivity,
+        predictions=fits,
+        headline=headline(config, cases, fits),
+        seeds=list(config.seeds),
     )

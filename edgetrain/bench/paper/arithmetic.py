@@ -20,25 +20,47 @@ from edgetrain.planner import (
     select,
 )
 
+#: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (no SciPy here).
+T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
 
 class Stat(BaseModel):
-    """Mean ± sample standard deviation over seeds; `missing` seeds had no value."""
+    """Mean ± sample standard deviation over seeds; `missing` seeds had no value.
+
+    `ci95` is the 95 % Student-t interval of the mean over the finite values (None below 2).
+    """
 
     mean: float | None
     std: float | None
     n: int
     missing: int = 0
+    ci95: tuple[float, float] | None = None
+
+
+def t975(df: int) -> float:
+    """The 97.5 % Student-t quantile (1.96 beyond 30 degrees of freedom)."""
+    if df < 1:
+        raise ValueError("a t-interval needs at least two values")
+    return T975[df - 1] if df <= len(T975) else 1.96
 
 
 def mean_std(values: Iterable[float | None]) -> Stat:
-    """Mean and sample std (ddof=1; 0 for one value) of the finite values."""
+    """Mean, sample std (ddof=1; 0 for one value) and 95 % t-interval of the finite values."""
     vals = list(values)
     finite = [v for v in vals if v is not None and math.isfinite(v)]
     missing = len(vals) - len(finite)
     if not finite:
         return Stat(mean=None, std=None, n=0, missing=missing)
-    std = statistics.stdev(finite) if len(finite) > 1 else 0.0
-    return Stat(mean=statistics.fmean(finite), std=std, n=len(finite), missing=missing)
+    mean = statistics.fmean(finite)
+    if len(finite) == 1:
+        return Stat(mean=mean, std=0.0, n=1, missing=missing)
+    std = statistics.stdev(finite)
+    half = t975(len(finite) - 1) * std / math.sqrt(len(finite))
+    return Stat(mean=mean, std=std, n=len(finite), missing=missing, ci95=(mean - half, mean + half))
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

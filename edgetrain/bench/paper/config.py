@@ -38,6 +38,7 @@ class Scale(StrEnum):
     """How big a benchmark to run."""
 
     small = "small"
+    cpu = "cpu"
     paper = "paper"
 
 
@@ -102,6 +103,16 @@ class ProfilingCost(BaseModel):
     power_noise: Annotated[float, Field(ge=0)] = 0.02  # relative std of a measured power
 
 
+class PredictedProfiling(BaseModel):
+    """The `profiling: predicted` strategy as the bench runs it (PowerTrain transfer)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    points: Annotated[int, Field(ge=2)] = 20  # the job's strategy.predictPoints default
+    margin_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9  # ProfileSpec's default
+    epochs: Annotated[int, Field(ge=1)] = 100  # ProfileSpec.predict_epochs
+
+
 class BenchConfig(BaseModel):
     """Everything one `bench paper` run computes."""
 
@@ -113,6 +124,7 @@ class BenchConfig(BaseModel):
     seeds: list[int] = Field(min_length=1)
     power_metric: PowerMetric = PowerMetric.peak
     profiling: ProfilingCost = ProfilingCost()
+    predicted: PredictedProfiling = PredictedProfiling()
     device: str = "auto"  # where estimates train; not in their cache key (r is device-free)
 
 
@@ -218,6 +230,103 @@ def small_config(seeds: Sequence[int] | None = None) -> BenchConfig:
     )
 
 
+#: Batch sizes of the paper (and of the cpu and paper scales).
+PAPER_BATCH_SIZES = [4, 8, 16, 32, 64, 128]
+#: The paper's three boards (twin names).
+PAPER_BOARDS = ["jetson-nano", "jetson-tx2-nx", "jetson-agx-orin"]
+
+# Targets: the shared machine's quiet window (08:18–09:48 UTC on the day) left no time to
+# calibrate them on seed 0 before the cold run had to start, so they are set once from what was
+# known (resnet8-w025 on MNIST plateaus near 0.95 at Adam 5e-3; charformer-small on Tom Sawyer
+# reaches 0.42 by ~38k samples at b=128) and checked afterwards against seed-0 curves
+# (docs/benchmarks/paper.md). One proxy and one target per model (the paper has three sets) for
+# the same reason. Never tuned towards the paper's ratios.
+TARGET_MNIST, TARGET_FMNIST = 0.92, 0.80
+TARGET_MB_MNIST, TARGET_MB_FMNIST = 0.92, 0.80
+TARGET_TOM, TARGET_SHERLOCK = 0.42, 0.42
+# Budgets: past every batch size's expected samples to target (a miss costs the whole budget).
+BUDGET_RESNET, BUDGET_MOBILENET, BUDGET_TEXT = 61_440, 51_200, 51_200
+CPU_IMAGE_SETS = [
+    DatasetRef(name="mnist", target_accuracy=TARGET_MNIST),
+    DatasetRef(name="fashion-mnist", limit=20_000, target_accuracy=TARGET_FMNIST),
+]
+CPU_MOBILENET_SETS = [
+    DatasetRef(name="mnist", target_accuracy=TARGET_MB_MNIST),
+    DatasetRef(name="fashion-mnist", limit=20_000, target_accuracy=TARGET_MB_FMNIST),
+]
+CPU_TEXT_SETS = [
+    DatasetRef(name="tom-sawyer", target_accuracy=TARGET_TOM),
+    DatasetRef(name="sherlock-holmes", target_accuracy=TARGET_SHERLOCK),
+]
+
+
+def cpu_config(seeds: Sequence[int] | None = None) -> BenchConfig:
+    """The paper's method and shapes, sized for a 2-core CPU: N(b) from small models trained for
+    real (10⁴–10⁵ samples each), time and power from the twin of the paper's models."""
+    from edgetrain.workloads.datasets import VOCABULARY
+    from edgetrain.workloads.training import TEXT_SEQ_LEN
+
+    # Adam with square-root scaling as in the paper, at a rate the small models need (the paper's
+    # 5e-4 at b=128 is for the full-width networks).
+    image_opt = OptimizerSpec(learning_rate=2e-3, reference_batch_size=128)
+    image = {
+        "proxy": "mnist",
+        "targets": ["fashion-mnist"],
+        "optimizer": image_opt,
+        "twin_input_shape": (3, 32, 32),
+        "twin_num_classes": 10,
+        "eval_interval_samples": 1024,
+        "eval_samples": 2000,
+    }
+    return BenchConfig(
+        scale=Scale.cpu.value,
+        workloads=[
+            WorkloadConfig(
+                label="resnet18/resnet8-w025",
+                model="resnet8-w025",
+                twin_model="resnet18",
+                datasets=CPU_IMAGE_SETS,
+                batch_sizes=PAPER_BATCH_SIZES,
+                sample_budget=BUDGET_RESNET,
+                **image,
+            ),
+            WorkloadConfig(
+                label="charformer/charformer-small",
+                model="charformer-small",
+                twin_model="charformer",
+                twin_input_shape=(TEXT_SEQ_LEN,),
+                twin_num_classes=len(VOCABULARY),
+                datasets=CPU_TEXT_SETS,
+                proxy="tom-sawyer",
+                targets=["sherlock-holmes"],
+                batch_sizes=PAPER_BATCH_SIZES,
+                optimizer=OptimizerSpec(
+                    name=OptimizerName.adamw, learning_rate=3e-3, reference_batch_size=128
+                ),
+                sample_budget=BUDGET_TEXT,
+                eval_interval_samples=1024,
+                eval_samples=256,  # windows of 64 characters: 16,384 predictions per evaluation
+            ),
+            # Last: the costliest trainings (depthwise convolutions on one core), so the other two
+            # rows are cached first if a run must stop. The paper omits b=128 for MobileNetV2.
+            WorkloadConfig(
+                label="mobilenetv2/mobilenetv2-tiny",
+                model="mobilenetv2-tiny",
+                twin_model="mobilenetv2",
+                datasets=CPU_MOBILENET_SETS,
+                batch_sizes=PAPER_BATCH_SIZES[:-1],
+                sample_budget=BUDGET_MOBILENET,
+                **image,
+            ),
+        ],
+        boards=[
+            BoardConfig(board=b, power_limits_w=board_limits_w(b, PAPER_BATCH_SIZES))
+            for b in PAPER_BOARDS
+        ],
+        seeds=list(seeds) if seeds is not None else [0, 1, 2, 3, 4],
+    )
+
+
 def paper_config(seeds: Sequence[int] | None = None) -> BenchConfig:
     """The paper-like configuration: full models and data, batch sizes 4–128, five seeds."""
     image_sets = [
@@ -269,4 +378,6 @@ def paper_config(seeds: Sequence[int] | None = None) -> BenchConfig:
 
 def config_for(scale: Scale, seeds: Sequence[int] | None = None) -> BenchConfig:
     """The named configuration."""
-    return small_config(seeds) if scale is Scale.small else paper_config(seeds)
+    if scale is Scale.small:
+        return small_config(seeds)
+    return cpu_config(seeds) if scale is Scale.cpu else paper_config(seeds)

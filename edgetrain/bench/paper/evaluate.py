@@ -31,6 +31,12 @@ from edgetrain.bench.paper.config import (
     WorkloadConfig,
 )
 from edgetrain.bench.paper.estimates import estimate_key
+from edgetrain.bench.paper.profiles import (
+    PredictionFit,
+    SimulatedProfile,
+    full_profile,
+    predicted_profile,
+)
 from edgetrain.bench.paper.results import (
     CaseOutcome,
     CaseSummary,
@@ -149,6 +155,30 @@ def frontier_profile(
     )
 
 
+def target_samples_of(target: EstimateRecord) -> dict[int, float]:
+    """N_target(b) for the batch sizes that reached the target."""
+    return {b: s for b, s in zip(target.batch_sizes, target.samples_to_accuracy, strict=True) if s}
+
+
+def planned(
+    truth: Lut,
+    points: Sequence[ProfilePoint],
+    proxy: EstimateRecord,
+    target_samples: dict[int, float],
+    limit_w: float,
+    metric: PowerMetric,
+) -> ChoiceOutcome | None:
+    """`edgetrain plan` on these profile points with the proxy's r, judged on the truth."""
+    efficiency = proxy.efficiency()
+    if efficiency is None or not points:
+        return None
+    try:
+        chosen = plan(Lut.from_points(points), efficiency, limit_w, metric=metric)
+    except InfeasibleError:
+        return None
+    return outcome(truth, chosen.batch_size, chosen.gpu_freq_hz, target_samples, limit_w, metric)
+
+
 def evaluate_case(
     truth: Lut,
     profile: FrontierProfile,
@@ -159,9 +189,7 @@ def evaluate_case(
 ) -> dict[str, ChoiceOutcome | None]:
     """B1, B2, edgetrain and the oracle for one proxy/target pair on one profile."""
     limit = math.inf if power_limit_w is None else power_limit_w
-    target_samples = {
-        b: s for b, s in zip(target.batch_sizes, target.samples_to_accuracy, strict=True) if s
-    }
+    target_samples = target_samples_of(target)
     out: dict[str, ChoiceOutcome | None] = {"b1": None, "b2": None, "edgetrain": None}
     b1, b2 = baseline_batches(proxy.batch_sizes, proxy.samples_to_accuracy)
     if profile.baseline_freq_hz is not None:
@@ -169,16 +197,7 @@ def evaluate_case(
         out["b1"] = outcome(truth, b1, f, target_samples, limit, metric)
         if b2 is not None:
             out["b2"] = outcome(truth, b2, f, target_samples, limit, metric)
-    efficiency = proxy.efficiency()
-    if efficiency is not None and profile.points:
-        try:
-            chosen = plan(Lut.from_points(profile.points), efficiency, limit, metric=metric)
-        except InfeasibleError:
-            chosen = None
-        if chosen is not None:
-            out["edgetrain"] = outcome(
-                truth, chosen.batch_size, chosen.gpu_freq_hz, target_samples, limit, metric
-            )
+    out["edgetrain"] = planned(truth, profile.points, proxy, target_samples, limit, metric)
     cell = oracle_cell(truth, aligned(truth.batch_sizes.tolist(), target_samples), limit, metric)
     out["oracle"] = (
         None
@@ -208,7 +227,7 @@ def _energy(choice: ChoiceOutcome | None) -> float | None:
     return None if choice is None else choice.energy_j
 
 
-def summarise(cases: Sequence[CaseOutcome]) -> CaseSummary:
+def summarise(cases: Sequence[CaseOutcome], metric: PowerMetric = PowerMetric.peak) -> CaseSummary:
     """One main-table row from the seeds of one case."""
     first = cases[0]
 
@@ -244,49 +263,148 @@ def summarise(cases: Sequence[CaseOutcome]) -> CaseSummary:
         edgetrain_over_limit=sum(
             1 for c in cases if c.edgetrain is not None and not c.edgetrain.within_limit
         ),
+        full_tta_s=mean_std(_tta(c.full) for c in cases),
+        predicted_tta_s=mean_std(_tta(c.predicted) for c in cases),
+        full_over_oracle=mean_std(ratio(_tta(c.full), _tta(c.oracle)) for c in cases),
+        predicted_over_oracle=mean_std(ratio(_tta(c.predicted), _tta(c.oracle)) for c in cases),
+        predicted_over_full=mean_std(ratio(_tta(c.predicted), _tta(c.full)) for c in cases),
+        full_overhead_share=mean_std(c.full_overhead_share for c in cases),
+        predicted_overhead_share=mean_std(c.predicted_overhead_share for c in cases),
+        predicted_points=first.predicted_points,
+        full_choices=labels("full"),
+        predicted_choices=labels("predicted"),
+        predicted_over_limit=sum(
+            1 for c in cases if c.predicted is not None and not c.predicted.within_limit
+        ),
+        predicted_over_limit_1w=sum(
+            1 for c in cases if over_limit_w(c.predicted, c.power_limit_w, metric) > 1.0
+        ),
     )
 
 
-def evaluate_all(config: BenchConfig, estimates: dict[str, EstimateRecord]) -> list[CaseOutcome]:
-    """Every (workload, proxy, target, board, limit, seed) from cached estimates (pure twin)."""
+def over_limit_w(choice: ChoiceOutcome | None, limit_w: float | None, metric: PowerMetric) -> float:
+    """How far the choice's true power is above the limit (≤ 0: within; 0 without a choice)."""
+    if choice is None or limit_w is None:
+        return 0.0
+    power = choice.peak_power_w if metric is PowerMetric.peak else choice.mean_power_w
+    return power - limit_w
+
+
+def _predicted_one(
+    config_json: str, label: str, board: str, seed: int
+) -> tuple[SimulatedProfile, PredictionFit]:
+    """One predicted profile, in this or a worker process (top level so it pickles)."""
+    import torch
+
+    torch.set_num_threads(1)  # tiny MLPs: threads cost more than they give, and cores are shared
+    config = BenchConfig.model_validate_json(config_json)
+    w = next(w for w in config.workloads if w.label == label)
+    model, shape, classes = twin_shape(w)
+    truth = truth_lut(board, model, shape, classes, w.batch_sizes)
+    # Its own RNG stream: the frontier profiles stay what they were before this column existed.
+    rng = np.random.default_rng(case_seed(label, board, "predicted", seed))
+    profile, fit = predicted_profile(truth, board, rng, config.profiling, config.predicted, seed)
+    return profile, fit.model_copy(update={"workload": label})
+
+
+def _predicted_all(
+    config: BenchConfig, keys: list[tuple[str, str, int]], jobs: int
+) -> dict[tuple[str, str, int], tuple[SimulatedProfile, PredictionFit]]:
+    """Every predicted profile (MLP transfers: seconds each), in `jobs` processes."""
+    config_json = config.model_dump_json()
+    if jobs <= 1:
+        return {key: _predicted_one(config_json, *key) for key in keys}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # as estimate_all: no forked torch pools
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {key: pool.submit(_predicted_one, config_json, *key) for key in keys}
+        return {key: future.result() for key, future in futures.items()}
+
+
+def evaluate_all(
+    config: BenchConfig, estimates: dict[str, EstimateRecord], *, jobs: int = 1
+) -> tuple[list[CaseOutcome], list[PredictionFit]]:
+    """Every (workload, proxy, target, board, limit, seed) from cached estimates (pure twin), and
+    the fit of every predicted profile."""
+    keys = [
+        (w.label, b.board, seed)
+        for w in config.workloads
+        for b in config.boards
+        for seed in config.seeds
+    ]
+    predicted = _predicted_all(config, keys, jobs)
     cases: list[CaseOutcome] = []
     for w in config.workloads:
         model, shape, classes = twin_shape(w)
         for board in config.boards:
             truth = truth_lut(board.board, model, shape, classes, w.batch_sizes)
-            for limit in board.power_limits_w:
-                for seed in config.seeds:
-                    rng = np.random.default_rng(case_seed(w.label, board.board, limit, seed))
-                    profile = frontier_profile(
-                        truth, board.board, limit, rng, config.profiling, config.power_metric
+            for seed in config.seeds:
+                # One full and one predicted profile per (model, board, seed): neither depends on
+                # the limit, unlike the frontier order.
+                full = full_profile(
+                    truth,
+                    np.random.default_rng(case_seed(w.label, board.board, "full", seed)),
+                    config.profiling,
+                )
+                profile, _fit = predicted[(w.label, board.board, seed)]
+                for limit in board.power_limits_w:
+                    cases += _cases_at(
+                        config, w, board.board, truth, limit, seed, full, profile, estimates
                     )
-                    for proxy in w.datasets:
-                        for target in w.datasets:
-                            got = evaluate_case(
-                                truth,
-                                profile,
-                                estimates[estimate_key(w, proxy, seed)],
-                                estimates[estimate_key(w, target, seed)],
-                                limit,
-                                config.power_metric,
-                            )
-                            cases.append(
-                                CaseOutcome(
-                                    workload=w.label,
-                                    proxy=proxy.name,
-                                    target=target.name,
-                                    board=board.board,
-                                    power_limit_w=limit,
-                                    seed=seed,
-                                    baseline_freq_hz=profile.baseline_freq_hz,
-                                    baseline_freq_source=profile.baseline_freq_source,
-                                    frontier_points=len(profile.points),
-                                    grid_points=truth.time_per_sample_s.size,
-                                    profiling_s=profile.device_s,
-                                    overhead_share=ratio(profile.device_s, _tta(got["edgetrain"])),
-                                    **got,
-                                )
-                            )
+    return cases, [fit for _profile, fit in predicted.values()]
+
+
+def _cases_at(
+    config: BenchConfig,
+    w: WorkloadConfig,
+    board: str,
+    truth: Lut,
+    limit: float | None,
+    seed: int,
+    full: SimulatedProfile,
+    predicted: SimulatedProfile,
+    estimates: dict[str, EstimateRecord],
+) -> list[CaseOutcome]:
+    """Every proxy × target pair of one workload on one board, limit and seed."""
+    rng = np.random.default_rng(case_seed(w.label, board, limit, seed))
+    metric = config.power_metric
+    profile = frontier_profile(truth, board, limit, rng, config.profiling, metric)
+    limit_w = math.inf if limit is None else limit
+    cases: list[CaseOutcome] = []
+    for proxy_ref in w.datasets:
+        proxy = estimates[estimate_key(w, proxy_ref, seed)]
+        for target_ref in w.datasets:
+            target = estimates[estimate_key(w, target_ref, seed)]
+            got = evaluate_case(truth, profile, proxy, target, limit, metric)
+            samples = target_samples_of(target)
+            full_choice = planned(truth, full.points, proxy, samples, limit_w, metric)
+            predicted_choice = planned(truth, predicted.points, proxy, samples, limit_w, metric)
+            cases.append(
+                CaseOutcome(
+                    workload=w.label,
+                    proxy=proxy_ref.name,
+                    target=target_ref.name,
+                    board=board,
+                    power_limit_w=limit,
+                    seed=seed,
+                    baseline_freq_hz=profile.baseline_freq_hz,
+                    baseline_freq_source=profile.baseline_freq_source,
+                    frontier_points=len(profile.points),
+                    grid_points=truth.time_per_sample_s.size,
+                    profiling_s=profile.device_s,
+                    overhead_share=ratio(profile.device_s, _tta(got["edgetrain"])),
+                    full=full_choice,
+                    full_profiling_s=full.device_s,
+                    full_overhead_share=ratio(full.device_s, _tta(full_choice)),
+                    predicted=predicted_choice,
+                    predicted_points=predicted.measured,
+                    predicted_profiling_s=predicted.device_s,
+                    predicted_overhead_share=ratio(predicted.device_s, _tta(predicted_choice)),
+                    **got,
+                )
+            )
     return cases
 
 
@@ -304,7 +422,10 @@ def summaries_and_sensitivity(
             for limit in board.power_limits_w:
                 for target in w.targets:
                     summaries.append(
-                        summarise(groups[(w.label, w.proxy, target, board.board, limit)])
+                        summarise(
+                            groups[(w.label, w.proxy, target, board.board, limit)],
+                            config.power_metric,
+                        )
                     )
                 for proxy in w.datasets:
                     for target_ref in w.datasets:

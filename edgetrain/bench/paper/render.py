@@ -1,34 +1,21 @@
-"""The benchmark as Markdown (docs/benchmarks/paper.md)."""
+"""The benchmark as Markdown (docs/benchmarks/paper/<scale>.md): method, then the tables."""
 
 from __future__ import annotations
 
-from edgetrain.bench.paper.arithmetic import Stat
-from edgetrain.bench.paper.results import CaseSummary, PaperBenchResult
+from edgetrain.bench.paper.render_tables import (
+    fmt_ci,
+    fmt_limit,
+    fmt_stat,
+    headline_lines,
+    main_table_lines,
+    prediction_lines,
+)
+from edgetrain.bench.paper.results import PaperBenchSummary
+
+__all__ = ["fmt_ci", "fmt_limit", "fmt_stat", "render_markdown"]
 
 
-def fmt_stat(stat: Stat, digits: int = 1, scale: float = 1.0) -> str:
-    """`mean ± std` (values × scale), with the count of seeds that missed the target."""
-    if stat.mean is None or stat.std is None:
-        return "miss" if stat.missing else "—"
-    text = f"{stat.mean * scale:.{digits}f} ± {stat.std * scale:.{digits}f}"
-    return text + (f" ({stat.missing} miss)" if stat.missing else "")
-
-
-def fmt_limit(limit_w: float | None) -> str:
-    """`4.5 W`, or `none`."""
-    return "none" if limit_w is None else f"{limit_w:g} W"
-
-
-def headline(result: PaperBenchResult) -> list[CaseSummary]:
-    """The Nano rows at its lowest limit (the paper's 4.5 W, our '5 W-like' figure)."""
-    nano = [s for s in result.summaries if s.board == "jetson-nano" and s.power_limit_w]
-    if not nano:
-        return []
-    lowest = min(s.power_limit_w for s in nano if s.power_limit_w is not None)
-    return [s for s in nano if s.power_limit_w == lowest]
-
-
-def render_markdown(result: PaperBenchResult) -> str:
+def render_markdown(result: PaperBenchSummary) -> str:
     """The committed table: method notes, main table, Nano headline and Figure-5 matrices."""
     cfg = result.config
     lines = [
@@ -43,7 +30,7 @@ def render_markdown(result: PaperBenchResult) -> str:
         f"- date: {result.date}; wall time {result.wall_s:.0f} s (real training"
         f" {result.training_wall_s:.0f} s; {result.estimates_run} estimates trained,"
         f" {result.estimates_cached} from cache)",
-        f"- scale: {cfg.scale}; seeds: {', '.join(str(s) for s in cfg.seeds)};"
+        f"- scale: {cfg.scale}; seeds: {', '.join(str(s) for s in result.seeds)};"
         f" power metric: {cfg.power_metric.value}",
         "",
         "## What is measured",
@@ -57,6 +44,15 @@ def render_markdown(result: PaperBenchResult) -> str:
         f" (log-normal, time {cfg.profiling.time_noise:.0%} and power"
         f" {cfg.profiling.power_noise:.0%} 1σ, seeded per case),"
         " then `edgetrain plan` on that LUT with the proxy's r.",
+        "- **full**: the same plan on the whole (b × GPU clock) grid, every point measured once"
+        " with the same noise. **predicted**: `profiling: predicted` as the pipeline runs it"
+        f" (PowerTrain): {cfg.predicted.points} covering points measured with that noise, the"
+        " board's shipped reference MLPs transferred to them, the rest of the grid predicted"
+        f" (power plus the margin at quantile {cfg.predicted.margin_quantile:g} of out-of-fold"
+        " under-prediction); one full and one predicted profile per (model, board, seed). The"
+        " grid is the GPU clocks at MAXN CPU/memory clocks, the grid of the frontier and the"
+        " oracle, so all plans are judged on the same truth. Predicted MAPE: raw MLP output"
+        " (no margin) against the twin's noise-free values over the whole grid.",
         "- **B1**: the largest batch size; **B2**: the batch size with the fewest proxy samples;"
         " both at a fixed frequency: on the Nano the paper's (4.5 W → 307.2 MHz, 7 W → 614.4 MHz,"
         " none → 921.6 MHz), on other boards the safe frequency `baseline_column` finds after"
@@ -76,7 +72,8 @@ def render_markdown(result: PaperBenchResult) -> str:
             f"{b.board} {', '.join(fmt_limit(w) for w in b.power_limits_w)}" for b in cfg.boards
         )
         + ".",
-        "- Ratios are per seed, then mean ± std (sample std) over seeds. `b@MHz` lists every"
+        "- Ratios are per seed, then mean ± std (sample std) over seeds, or mean [95 % Student-t"
+        " interval over seeds] where marked. `b@MHz` lists every"
         " choice made across seeds. 'miss': the target was not reached within the budget (a"
         " method whose batch size misses on the target gets no time). 'over limit': edgetrain's"
         " choice, made on the noisy profile, is above the limit in the twin's noise-free power.",
@@ -99,50 +96,10 @@ def render_markdown(result: PaperBenchResult) -> str:
             f" {w.eval_interval_samples}"
         )
 
-    rows = headline(result)
-    if rows:
-        lines += [
-            "",
-            f"## Headline: Jetson Nano (twin) at {fmt_limit(rows[0].power_limit_w)}",
-            "",
-            "The paper reports 1.5–2.4× over B1 for ResNet18 at its low Nano limit. Here"
-            " (ratios of times to accuracy, mean ± std over seeds, simulated):",
-            "",
-        ]
-        for s in rows:
-            lines.append(
-                f"- {s.workload}, target {s.target}: B1/edgetrain"
-                f" {fmt_stat(s.b1_over_edgetrain, 2)}, B2/edgetrain"
-                f" {fmt_stat(s.b2_over_edgetrain, 2)}, edgetrain/oracle"
-                f" {fmt_stat(s.edgetrain_over_oracle, 3)}"
-                f" (edgetrain {', '.join(s.edgetrain_choices)}; B1 {', '.join(s.b1_choices)})"
-            )
-
-    lines += ["", "## Time to accuracy (Tables 2–4; seconds, simulated)", ""]
-    header = (
-        "| model | target | board | limit | B1 s | B2 s | edgetrain s | oracle s |"
-        " edgetrain/oracle | B1/edgetrain | B2/edgetrain | energy J B1 · B2 · edgetrain ·"
-        " oracle | profiling overhead | points | B1 · B2 · edgetrain · oracle (b@MHz) |"
-    )
-    lines += [header, "|" + "---|" * (header.count("|") - 1)]
-    for s in result.summaries:
-        energy = " · ".join(
-            fmt_stat(st)
-            for st in (s.b1_energy_j, s.b2_energy_j, s.edgetrain_energy_j, s.oracle_energy_j)
-        )
-        choices = " · ".join(
-            ",".join(c) for c in (s.b1_choices, s.b2_choices, s.edgetrain_choices, s.oracle_choices)
-        )
-        over = f" ({s.edgetrain_over_limit} over limit)" if s.edgetrain_over_limit else ""
-        lines.append(
-            f"| {s.workload} | {s.target} | {s.board} | {fmt_limit(s.power_limit_w)} |"
-            f" {fmt_stat(s.b1_tta_s)} | {fmt_stat(s.b2_tta_s)} |"
-            f" {fmt_stat(s.edgetrain_tta_s)}{over} |"
-            f" {fmt_stat(s.oracle_tta_s)} | {fmt_stat(s.edgetrain_over_oracle, 3)} |"
-            f" {fmt_stat(s.b1_over_edgetrain, 2)} | {fmt_stat(s.b2_over_edgetrain, 2)} |"
-            f" {energy} | {fmt_stat(s.overhead_share, 2, 100)} % |"
-            f" {fmt_stat(s.frontier_points, 0)}/{s.grid_points} | {choices} |"
-        )
+    if result.headline is not None:
+        lines += headline_lines(result)
+    lines += main_table_lines(result)
+    lines += prediction_lines(result)
 
     lines += [
         "",

@@ -10,6 +10,7 @@ from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.training import OptimizerSpec
 from edgetrain.bench.paper.arithmetic import Stat
 from edgetrain.bench.paper.config import CACHE_VERSION, BenchConfig
+from edgetrain.bench.paper.profiles import PredictionFit
 
 
 class ChoiceOutcome(BaseModel):
@@ -46,6 +47,15 @@ class CaseOutcome(BaseModel):
     grid_points: int
     profiling_s: float = Field(description="device time of the frontier profile (simulated)")
     overhead_share: float | None = Field(description="profiling_s / edgetrain tta_s")
+    full: ChoiceOutcome | None = Field(default=None, description="edgetrain on the full grid")
+    full_profiling_s: float = 0.0
+    full_overhead_share: float | None = None
+    predicted: ChoiceOutcome | None = Field(
+        default=None, description="edgetrain on a predicted profile (k measured + PowerTrain)"
+    )
+    predicted_points: int = Field(default=0, description="points measured for the prediction")
+    predicted_profiling_s: float = 0.0
+    predicted_overhead_share: float | None = None
     simulated: Literal[True] = True
 
 
@@ -78,6 +88,18 @@ class CaseSummary(BaseModel):
     edgetrain_choices: list[str]
     oracle_choices: list[str]
     edgetrain_over_limit: int = Field(description="seeds whose choice truly exceeds the limit")
+    full_tta_s: Stat
+    predicted_tta_s: Stat
+    full_over_oracle: Stat
+    predicted_over_oracle: Stat
+    predicted_over_full: Stat = Field(description="TTA ratio; the penalty is (value − 1)")
+    full_overhead_share: Stat
+    predicted_overhead_share: Stat
+    predicted_points: int
+    full_choices: list[str]
+    predicted_choices: list[str]
+    predicted_over_limit: int = Field(description="seeds whose choice truly exceeds the limit")
+    predicted_over_limit_1w: int = Field(description="seeds whose choice exceeds limit + 1 W")
     simulated: Literal[True] = True
 
 
@@ -123,8 +145,48 @@ class EstimateRecord(BaseModel):
         )
 
 
-class PaperBenchResult(BaseModel):
-    """What `bench paper --json` prints; the markdown table is rendered from it."""
+class BoardRatios(BaseModel):
+    """One board (and model, or all models) at one limit: ratios pooled over its targets."""
+
+    board: str
+    workload: str | None = Field(description="None: every model of the board")
+    power_limit_w: float | None
+    b1_over_edgetrain: Stat
+    b2_over_edgetrain: Stat
+    edgetrain_over_oracle: Stat
+    simulated: Literal[True] = True
+
+
+class Headline(BaseModel):
+    """What a reader checks first; every Stat is over seeds of the per-seed mean over the pooled
+    main-table cells, with a 95 % Student-t interval."""
+
+    cells: int = Field(description="main-table cells (model × target × board × limit)")
+    edgetrain_over_oracle: Stat
+    full_over_oracle: Stat
+    predicted_over_oracle: Stat
+    low_limit: list[BoardRatios] = Field(description="each board's lowest limit")
+    overhead_pct: dict[str, Stat] = Field(description="frontier, full, predicted")
+    overhead_cell_range_pct: dict[str, tuple[float, float]] = Field(
+        description="smallest and largest cell mean, per profile"
+    )
+    time_mape_pct: Stat = Field(description="over predicted profiles (model × board × seed)")
+    time_mape_max_pct: float
+    peak_power_mape_pct: Stat
+    peak_power_mape_max_pct: float
+    penalty_pct: Stat = Field(description="predicted vs full TTA, (ratio − 1) × 100")
+    penalty_cases: int
+    penalty_cases_over_1pct: int
+    penalty_max_pct: float
+    limited_cases: int
+    predicted_over_limit_1w: int
+    edgetrain_over_limit_1w: int
+    goals: dict[str, bool]
+    simulated: Literal[True] = True
+
+
+class PaperBenchSummary(BaseModel):
+    """The committed JSON beside the table: everything but the per-case outcomes."""
 
     config: BenchConfig
     command: str
@@ -133,8 +195,20 @@ class PaperBenchResult(BaseModel):
     training_wall_s: float = Field(description="real training this run (cached runs excluded)")
     estimates_run: int
     estimates_cached: int
-    estimates: list[EstimateRecord]
-    cases: list[CaseOutcome]
+    seeds: list[int]
+    estimates: list[EstimateRecord] = Field(description="samples to target per estimate")
     summaries: list[CaseSummary]
     sensitivity: list[SensitivityCell]
+    predictions: list[PredictionFit] = Field(default_factory=list)
+    headline: Headline | None = None
     simulated: Literal[True] = True
+
+
+class PaperBenchResult(PaperBenchSummary):
+    """What `bench paper --json` prints; the markdown table is rendered from it."""
+
+    cases: list[CaseOutcome]
+
+    def summary(self) -> PaperBenchSummary:
+        """The result without the per-case outcomes (megabytes at the cpu scale)."""
+        return PaperBenchSummary.model_validate(self.model_dump(exclude={"cases"}))

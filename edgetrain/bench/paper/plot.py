@@ -1,0 +1,71 @@
+"""The benchmark's figure: time to accuracy over the oracle's, per board and limit (simulated)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from edgetrain.bench.paper.headline import per_seed
+from edgetrain.bench.paper.results import CaseOutcome, ChoiceOutcome, PaperBenchResult
+
+#: Methods in the figure, by their field on CaseOutcome.
+METHODS: tuple[tuple[str, str], ...] = (
+    ("b1", "B1"),
+    ("b2", "B2"),
+    ("edgetrain", "edgetrain (frontier)"),
+    ("full", "edgetrain (full grid)"),
+    ("predicted", "edgetrain (predicted)"),
+)
+
+
+def _over_oracle(c: CaseOutcome, *, name: str) -> float | None:
+    choice: ChoiceOutcome | None = getattr(c, name)
+    if choice is None or choice.tta_s is None or c.oracle is None or not c.oracle.tta_s:
+        return None
+    return choice.tta_s / c.oracle.tta_s
+
+
+def write_plot(result: PaperBenchResult, path: Path) -> None:
+    """One panel per board: each method's TTA / oracle TTA per limit, mean and 95 % interval over
+    seeds of the per-seed mean over the main-table cells."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display here, and none needed
+    import matplotlib.pyplot as plt
+
+    from edgetrain.bench.paper.headline import main_cases
+    from edgetrain.bench.paper.render_tables import fmt_limit
+
+    cfg = result.config
+    main = main_cases(cfg, result.cases)
+    fig, axes = plt.subplots(1, len(cfg.boards), figsize=(4.2 * len(cfg.boards), 3.6), sharey=True)
+    axes_list = list(axes) if len(cfg.boards) > 1 else [axes]
+    width = 0.8 / len(METHODS)
+    for ax, board in zip(axes_list, cfg.boards, strict=True):
+        limits = board.power_limits_w
+        for m, (name, label) in enumerate(METHODS):
+            means, errors = [], []
+            for limit in limits:
+                cases = [c for c in main if c.board == board.board and c.power_limit_w == limit]
+                stat = per_seed(cases, functools.partial(_over_oracle, name=name))
+                mean = stat.mean if stat.mean is not None else float("nan")
+                half = (stat.ci95[1] - mean) if stat.ci95 is not None else 0.0
+                means.append(mean)
+                errors.append(half)
+            xs = [i + (m - (len(METHODS) - 1) / 2) * width for i in range(len(limits))]
+            ax.bar(xs, means, width, yerr=errors, capsize=2, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(limits)), [fmt_limit(w) for w in limits])
+        ax.set_title(f"{board.board} (twin)")
+        ax.set_xlabel("power limit")
+    axes_list[0].set_ylabel("time to accuracy / oracle's")
+    axes_list[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(
+        f"bench paper --scale {cfg.scale}: mean and 95 % interval over {len(result.seeds)} seeds"
+        " (simulated device)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
