@@ -19,10 +19,13 @@ from edgetrain.bench.paper.estimates import estimate_all
 from edgetrain.bench.paper.evaluate import evaluate_all, summaries_and_sensitivity
 from edgetrain.bench.paper.headline import headline
 from edgetrain.bench.paper.render import render_markdown
-from edgetrain.bench.paper.results import PaperBenchResult
+from edgetrain.bench.paper.results import EstimateRecord, PaperBenchResult
 from edgetrain.workloads.progress import Reporter
 
-__all__ = ["BenchConfig", "PaperBenchResult", "Scale", "config_for", "render_markdown", "run_bench"]
+__all__ = [
+    "BenchConfig", "PaperBenchResult", "Scale", "compare", "config_for", "render_markdown",
+    "run_bench",
+]
 
 
 def run_bench(
@@ -36,17 +39,29 @@ def run_bench(
     """Estimate (cached real training), then profile, plan and compare on the twin."""
     started = time.monotonic()
     estimates, ran, training_s = estimate_all(config, reporter, threads=threads, jobs=jobs)
-    cached = len(estimates) - ran
+    return compare(config, estimates, jobs=jobs).model_copy(update={
+        "command": command,
+        "wall_s": time.monotonic() - started,
+        "training_wall_s": training_s,
+        "estimates_run": ran,
+        "estimates_cached": len(estimates) - ran,
+    })
+
+
+def compare(
+    config: BenchConfig, estimates: dict[str, EstimateRecord], *, jobs: int = 1
+) -> PaperBenchResult:
+    """Profile, plan and compare on the twin from estimates already made (counted as cached)."""
     cases, fits = evaluate_all(config, estimates, jobs=jobs)
     summaries, sensitivity = summaries_and_sensitivity(config, cases)
     return PaperBenchResult(
         config=config,
-        command=command,
+        command="",
         date=time.strftime("%Y-%m-%d %H:%M %Z"),
-        wall_s=time.monotonic() - started,
-        training_wall_s=training_s,
-        estimates_run=ran,
-        estimates_cached=cached,
+        wall_s=0.0,
+        training_wall_s=0.0,
+        estimates_run=0,
+        estimates_cached=len(estimates),
         estimates=list(estimates.values()),
         cases=cases,
         summaries=summaries,

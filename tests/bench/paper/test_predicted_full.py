@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edgetrain.api.training import OptimizerSpec
+from edgetrain.bench.paper import compare
 from edgetrain.bench.paper.arithmetic import mean_std, t975
 from edgetrain.bench.paper.config import (
     BenchConfig,
@@ -20,8 +21,7 @@ from edgetrain.bench.paper.config import (
     WorkloadConfig,
 )
 from edgetrain.bench.paper.estimates import estimate_key
-from edgetrain.bench.paper.evaluate import evaluate_all, summaries_and_sensitivity, truth_lut
-from edgetrain.bench.paper.headline import headline
+from edgetrain.bench.paper.evaluate import truth_lut
 from edgetrain.bench.paper.plot import write_plot
 from edgetrain.bench.paper.profiles import full_profile, predicted_profile
 from edgetrain.bench.paper.render import render_markdown
@@ -86,24 +86,7 @@ def _estimates(config: BenchConfig) -> dict[str, EstimateRecord]:
 def exact_result() -> PaperBenchResult:
     config = _config()
     estimates = _estimates(config)
-    cases, fits = evaluate_all(config, estimates)
-    summaries, sensitivity = summaries_and_sensitivity(config, cases)
-    return PaperBenchResult(
-        config=config,
-        command="test",
-        date="now",
-        wall_s=0.0,
-        training_wall_s=0.0,
-        estimates_run=0,
-        estimates_cached=len(estimates),
-        seeds=list(config.seeds),
-        estimates=list(estimates.values()),
-        cases=cases,
-        summaries=summaries,
-        sensitivity=sensitivity,
-        predictions=fits,
-        headline=headline(config, cases, fits),
-    )
+    return compare(config, estimates).model_copy(update={"command": "test", "date": "now"})
 
 
 def test_t_interval_matches_the_student_quantile() -> None:
