@@ -283,13 +283,21 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
                          what="a replica holding the Lease")
         yield fl
     finally:
+        # A powered-off node never confirms its pods' deletion, so the uninstall would wait out
+        # its timeout for them: its Node goes first and its pods are removed without a kubelet.
+        for name in fl.stopped:
+            kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
+            for pod_ns in (ns, fl.agent_ns):
+                for pod in kube.get(api_path("v1", "pods", pod_ns),
+                                    fieldSelector=f"spec.nodeName={name}")["items"]:
+                    kube.delete_ignore_missing(
+                        api_path("v1", "pods", pod_ns, pod["metadata"]["name"]),
+                        {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
         helm("uninstall", fl.release, "-n", ns, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
         for name, agent in {**agents, **op_agents}.items():
-            if name in fl.stopped:  # powered off: its Node may still be there, NotReady
-                kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
-            else:
+            if name not in fl.stopped:
                 agent.stop()
         path = tmp_path_factory.getbasetemp() / "faults-summary.json"
         path.write_text(json.dumps(summary_totals() | {

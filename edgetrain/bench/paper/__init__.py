@@ -23,7 +23,12 @@ from edgetrain.bench.paper.results import EstimateRecord, PaperBenchResult
 from edgetrain.workloads.progress import Reporter
 
 __all__ = [
-    "BenchConfig", "PaperBenchResult", "Scale", "compare", "config_for", "render_markdown",
+    "BenchConfig",
+    "PaperBenchResult",
+    "Scale",
+    "compare",
+    "config_for",
+    "render_markdown",
     "run_bench",
 ]
 
@@ -39,13 +44,15 @@ def run_bench(
     """Estimate (cached real training), then profile, plan and compare on the twin."""
     started = time.monotonic()
     estimates, ran, training_s = estimate_all(config, reporter, threads=threads, jobs=jobs)
-    return compare(config, estimates, jobs=jobs).model_copy(update={
-        "command": command,
-        "wall_s": time.monotonic() - started,
-        "training_wall_s": training_s,
-        "estimates_run": ran,
-        "estimates_cached": len(estimates) - ran,
-    })
+    return compare(config, estimates, jobs=jobs).model_copy(
+        update={
+            "command": command,
+            "wall_s": time.monotonic() - started,
+            "training_wall_s": training_s,
+            "estimates_run": ran,
+            "estimates_cached": len(estimates) - ran,
+        }
+    )
 
 
 def compare(

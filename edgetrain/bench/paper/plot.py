@@ -59,13 +59,15 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
         ax.set_title(f"{board.board} (twin)")
         ax.set_xlabel("power limit")
     axes_list[0].set_ylabel("time to accuracy / oracle's")
-    axes_list[0].legend(fontsize=7, loc="upper left")
+    handles, labels = axes_list[0].get_legend_handles_labels()
+    # Below the panels: inside one, the legend hides the bars of its tallest limit.
+    fig.legend(handles, labels, loc="lower center", ncol=len(METHODS), fontsize=7, frameon=False)
     fig.suptitle(
         f"bench paper --scale {cfg.scale}: mean and 95 % interval over {len(result.seeds)} seeds"
         " (simulated device)",
         fontsize=9,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

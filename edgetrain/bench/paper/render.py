@@ -64,7 +64,8 @@ def render_markdown(result: PaperBenchSummary) -> str:
         f" minibatches, {cfg.profiling.min_window_s:g} s), as a share of edgetrain's training"
         " time. A profile serves every data set, target and job with the same model and input"
         " shape (§4.1), so this share shrinks with longer training; the paper's 1.9–6 % are"
-        " against trainings of hours, these small-scale trainings last seconds.",
+        " against fine-tunings of hours, these trainings last"
+        + (" seconds." if cfg.scale == "small" else " minutes of device time (simulated)."),
         "- Limits: Nano 4.5 W and 7 W as in the paper, and none; other boards get the limits at"
         " the same place in their power range (twin ResNet18 3×32×32 peak power over the batch"
         " sizes and all clocks), rounded to 0.5 W: "
