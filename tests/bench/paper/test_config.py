@@ -1,8 +1,12 @@
-"""Invariants of the cpu scale: the paper's shapes, batch sizes, boards and seeds."""
+"""Invariants of the cpu scale (the paper's shapes, batch sizes, boards and seeds), and of its
+committed run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from edgetrain.bench.paper.config import Scale, board_limits_w, config_for, cpu_config
+from edgetrain.bench.paper.results import PaperBenchSummary
 from edgetrain.device.sim import BOARDS
 from edgetrain.workloads.models import MODEL_REGISTRY, is_text_model
 
@@ -36,3 +40,23 @@ def test_cpu_scale_has_the_papers_shapes_boards_and_seeds() -> None:
 def test_seeds_override_and_default() -> None:
     assert cpu_config([7]).seeds == [7]
     assert cpu_config().seeds == [0, 1, 2, 3, 4]
+
+
+COMMITTED = Path(__file__).resolve().parents[3] / "docs/benchmarks/paper/cpu.json"
+
+
+def test_the_committed_cpu_run_is_of_this_configuration_and_meets_the_scale() -> None:
+    """docs/benchmarks/paper/cpu.json is evidence for the cpu scale as it is configured now: a
+    changed configuration without a new run fails here, as does a run that does not meet the
+    scale's own bar (cold, every estimate trained, every reached N ≥ 10⁴ samples)."""
+    run = PaperBenchSummary.model_validate_json(COMMITTED.read_text())
+    assert run.config.model_copy(update={"device": "auto"}) == cpu_config()
+    assert run.command.startswith("edgetrain bench paper --scale cpu")
+    wanted = {(w.model, d.name, s) for w in run.config.workloads for d in w.datasets
+              for s in run.config.seeds}
+    assert {(e.model, e.dataset, e.seed) for e in run.estimates} == wanted
+    assert run.estimates_cached == 0 and run.estimates_run == len(wanted)  # a cold run
+    assert run.wall_s <= 90 * 60  # what docs/benchmarks/paper.md claims for it
+    reached = [n for e in run.estimates for n in e.samples_to_accuracy if n is not None]
+    assert reached and min(reached) >= 10_000
+    assert run.headline is not None and run.summaries and run.predictions
