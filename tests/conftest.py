@@ -1,4 +1,4 @@
-"""Shared fixtures: small profiles and efficiency vectors written to temporary files."""
+"""Shared fixtures: the session's cluster, small profiles and efficiency vectors on disk."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ import pytest
 from edgetrain.api import EfficiencyVector, ProfilePoint, write_efficiency, write_profile
 from edgetrain.device.sim import DeviceTwin
 from edgetrain.workloads import workload_cost
+from tests.cluster.fixtures import cluster, kube, namespace, repo_root, vnodes
+
+# The session's control plane, for every test below (defined once: see tests/cluster/fixtures.py).
+__all__ = ["cluster", "kube", "namespace", "repo_root", "vnodes"]
 
 MHZ = 1_000_000
 

@@ -1,20 +1,8 @@
-"""Cluster fixtures: one real control plane and one set of virtual nodes per test session,
-and a fresh namespace per test."""
+"""Marks the tests that need the control plane (its fixtures: tests/cluster/fixtures.py)."""
 
 from __future__ import annotations
 
-import re
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, node_specs
-
-# The session's virtual nodes: two Jetson boards and one GPU server.
-JETSON_COUNTS = {"jetson-nano": 1, "jetson-orin-nano": 1}
-SERVERS = 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -22,63 +10,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on 127.0.0.1."""
-    local = LocalCluster(tmp_path_factory.mktemp("k8s"))
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
-
-
-@pytest.fixture(scope="session")
-def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
-    """Admin client of the session cluster."""
-    with cluster.client() as client:
-        yield client
-
-
-@pytest.fixture(scope="session")
-def vnodes(cluster: LocalCluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory,
-           ) -> Iterator[VNodeAgent]:
-    """Virtual Jetson nodes and a virtual GPU server, Ready, running their pods locally."""
-    agent = VNodeAgent(
-        kube,
-        node_specs(JETSON_COUNTS, SERVERS, prefix="vn"),
-        tmp_path_factory.mktemp("vnodes"),
-        restart_backoff_s=0.5,  # keep restart tests quick; the kubelet uses 10 s
-        max_backoff_s=2.0,
-        cluster_ca=cluster.pki,
-    )
-    agent.start()
-    try:
-        agent.wait_ready()
-        yield agent
-    finally:
-        agent.stop()
-
-
-@pytest.fixture
-def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A namespace for one test (with its default ServiceAccount), deleted afterwards."""
-    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{stem}-{uuid.uuid4().hex[:5]}"
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": name}})
-    # The ServiceAccount admission plugin rejects pods until KCM has made `default`.
-    kube.wait_for(api_path("v1", "serviceaccounts", name, "default"), lambda _sa: True,
-                  timeout_s=30, what="default ServiceAccount")
-    try:
-        yield name
-    finally:
-        kube.delete_ignore_missing(api_path("v1", "namespaces", name=name))
-
-
-@pytest.fixture(scope="session")
-def repo_root() -> Path:
-    """The source checkout."""
-    return Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
 from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log
-from tests.cluster.conftest import JETSON_COUNTS, SERVERS
+from tests.cluster.fixtures import JETSON_COUNTS, SERVERS
 
 Obj = dict[str, Any]
 PY = "python"  # mapped by the virtual node onto this interpreter

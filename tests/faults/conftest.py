@@ -22,11 +22,8 @@ from edgetrain.cluster import container_log as vnode_log
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.cluster.node import node_specs
 from edgetrain.device import GpuDevfreq
-from tests.cluster.conftest import cluster, kube, repo_root, vnodes
 from tests.observability.test_chart import CHART, helm
 from tests.operator.conftest import job_manifest, patj_path
-
-__all__ = ["cluster", "kube", "repo_root", "vnodes"]
 
 POOL_NODES = 3
 # The operator replicas run on two virtual servers of their own, one each: pods of a virtual

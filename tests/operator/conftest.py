@@ -18,9 +18,6 @@ import yaml
 
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
-from tests.cluster.conftest import cluster, kube, namespace, repo_root, vnodes
-
-__all__ = ["cluster", "kube", "namespace", "repo_root", "vnodes"]
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
 
