@@ -4,6 +4,7 @@ imported them again would define a second session fixture, that is a second clus
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -60,7 +61,13 @@ def vnodes(cluster: LocalCluster, kube: KubeClient, tmp_path_factory: pytest.Tem
 def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace for one test (with its default ServiceAccount), deleted afterwards."""
     stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{stem}-{uuid.uuid4().hex[:5]}"
+    with temporary_namespace(kube, f"{stem}-{uuid.uuid4().hex[:5]}") as name:
+        yield name
+
+
+@contextlib.contextmanager
+def temporary_namespace(kube: KubeClient, name: str) -> Iterator[str]:
+    """Create namespace `name`, wait for its default ServiceAccount, delete it on exit."""
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": name}})
     # The ServiceAccount admission plugin rejects pods until KCM has made `default`.

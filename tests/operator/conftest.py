@@ -18,6 +18,7 @@ import yaml
 
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
+from tests.cluster.fixtures import temporary_namespace
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
 
@@ -181,12 +182,5 @@ def shared_ns(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
     import uuid
 
     module = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
-    name = f"op-{module}-{uuid.uuid4().hex[:5]}"
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": name}})
-    kube.wait_for(api_path("v1", "serviceaccounts", name, "default"), lambda _sa: True,
-                  timeout_s=30, what="default ServiceAccount")
-    try:
+    with temporary_namespace(kube, f"op-{module}-{uuid.uuid4().hex[:5]}") as name:
         yield name
-    finally:
-        kube.delete_ignore_missing(api_path("v1", "namespaces", name=name))
