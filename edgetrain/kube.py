@@ -428,12 +428,12 @@ class KubeClient:
 
 def now_rfc3339() -> str:
     """metav1.Time for now (second precision, UTC)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def now_micro() -> str:
     """metav1.MicroTime for now (Leases, Events' eventTime)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def node_ready(node: Obj) -> bool:

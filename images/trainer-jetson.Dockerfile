@@ -1,20 +1,27 @@
 # Jetson trainer (arm64): profiling and fine-tuning pods run `edgetrain worker -- edgetrain …`.
-# The default base is NVIDIA's L4T PyTorch image (the Jetson CUDA build of torch); match its tag
-# to the fleet's L4T release. edgetrain needs Python >= 3.11: L4T r35 bases ship 3.8 and r36
-# bases 3.10, so pass a base with Python 3.11 and a Jetson torch build (images/README.md).
-# The venv reuses the base's torch (--system-site-packages); a base without torch gets PyPI's
-# aarch64 wheel, which has no Jetson GPU support (CPU only).
+# The default base is a JetPack 6 image with NVIDIA's Jetson CUDA build of torch (L4T r36,
+# Ubuntu 22.04, Python 3.10); images/README.md gives the JetPack 6 and 7 choices. The venv sees
+# the base's torch (--system-site-packages) and pip never replaces it. On a base without torch,
+# TORCH names the wheel to install: scripts/build-images.sh trainer-cpu builds this file on the
+# local Debian base with PyPI's last aarch64 CPU wheel, to run the entry points under emulation.
+#   docker buildx build --platform linux/arm64 -f images/trainer-jetson.Dockerfile .
 #   docker buildx build --platform linux/arm64 --build-arg BASE=... -f images/trainer-jetson.Dockerfile .
-ARG BASE=nvcr.io/nvidia/l4t-pytorch:r35.2.1-pth2.0-py3
+ARG BASE=nvcr.io/nvidia/pytorch:24.12-py3-igpu
 FROM ${BASE}
 # Options for every pip call, e.g. "--no-index --find-links /wheels" (build-images.sh).
 ARG PIP_OPTIONS=""
+# A torch requirement for bases without torch, e.g. "torch==2.9.1" (CPU only on aarch64).
+ARG TORCH=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 RUN python3 -m venv --system-site-packages /opt/venv
-# Dependencies (with the `train` and `jetson` extras) in their own layer.
+# Dependencies (with the `train` extra) in their own layer. Once a torch is importable (the
+# base's Jetson build, or TORCH), it leaves the list, so pip cannot swap in a CPU or SBSA wheel.
 COPY pyproject.toml images/requirements.py /src/
-RUN python3 /src/requirements.py /src/pyproject.toml train jetson > /src/requirements.txt \
+RUN python3 /src/requirements.py /src/pyproject.toml train > /src/requirements.txt \
+ && if [ -n "$TORCH" ]; then /opt/venv/bin/pip install $PIP_OPTIONS "$TORCH"; fi \
+ && if /opt/venv/bin/python -c "import torch" 2>/dev/null; then \
+      sed -i '/^torch\([<>=!~ ;]\|$\)/d' /src/requirements.txt; fi \
  && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt
 COPY README.md /src/
 COPY edgetrain /src/edgetrain

@@ -3,21 +3,31 @@
 # `make container-engine` and tests/images call this script, so the tests walk the user's path.
 #
 #   scripts/build-images.sh --engine-only          install podman (root + apt) if no engine
+#   scripts/build-images.sh --emulation-only       register arm64 emulation (qemu + binfmt_misc)
 #   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator trainer
-#                                                  (default: operator node-agent)
+#                                                  trainer-cpu (default: operator node-agent)
+# Images and architectures:
+#   operator, node-agent  one tag, a manifest list of linux/amd64 and linux/arm64 (ARCHES): the
+#                         GPU server and the Jetsons pull the same reference
+#   estimator             linux/amd64 (the GPU server's CUDA torch)
+#   trainer               linux/arm64 on a JetPack base (TRAINER_BASE; images/README.md)
+#   trainer-cpu           linux/arm64 on the local Debian base with PyPI's aarch64 CPU torch:
+#                         the trainer's entry points under emulation, no CUDA
 # Environment:
 #   CONTAINER_ENGINE  podman | docker. Default: podman if installed, else a running Docker,
 #                     else podman installed with apt (root only).
 #   REGISTRY, TAG     tags are $REGISTRY/<image>:$TAG (default localhost/edgetrain, the version
-#                     in pyproject.toml).
-#   BASE              base of operator, node-agent, estimator. Default: a Debian bookworm base
-#                     made here with mmdebstrap, so no container registry is needed; set e.g.
-#                     BASE=python:3.11-slim-bookworm to use the official image instead.
+#                     in pyproject.toml). Per-architecture images are $TAG-amd64, $TAG-arm64.
+#   ARCHES            architectures of operator and node-agent (default "amd64 arm64").
+#   PUSH              1: push what was built (manifest lists with every architecture).
+#   BASE              base of operator, node-agent, estimator, trainer-cpu. Default: a Debian
+#                     bookworm base per architecture, made here with mmdebstrap (no registry);
+#                     set e.g. BASE=python:3.11-slim-bookworm to use the official image instead.
 #   ESTIMATOR_BASE    default: $BASE (PyPI's x86-64 torch wheel brings the CUDA libraries).
-#   TRAINER_BASE      default: NVIDIA's L4T PyTorch image (see images/README.md).
+#   TRAINER_BASE      default: the Dockerfile's JetPack 6 base (images/README.md).
 #   PIP_OPTIONS       pip options inside the build. Default with podman: the wheel cache below
 #                     (--no-index --find-links /wheels); with Docker: PyPI.
-# Prints "built <ref> <bytes> <seconds>" per image.
+# Prints "built <ref> <bytes> <seconds> <arch>" per image and "manifest <ref> <arch,...>" per list.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,10 +37,13 @@ PYTHON="${PYTHON:-python3}"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$ROOT/images/containers.conf}"
 REGISTRY="${REGISTRY:-localhost/edgetrain}"
 TAG="${TAG:-$(awk -F'"' '$1 ~ /^version *= */ {print $2; exit}' "$ROOT/pyproject.toml")}"
+read -r -a ARCH_LIST <<<"${ARCHES:-amd64 arm64}"
+# The last PyPI torch for aarch64 without CUDA: later aarch64 wheels are CUDA 13 (SBSA) builds
+# that need several GB of NVIDIA libraries. trainer-cpu pins it; nothing else does.
+CPU_TORCH_AARCH64="torch==2.9.1"
 
 # Bump when the base's package list or excludes change (the cached tar is keyed by it).
 BASE_REV=5
-LOCAL_BASE="localhost/debian-py:bookworm-r$BASE_REV"
 APT_PACKAGES=(podman runc)
 
 log() { echo "build-images: $*" >&2; }
@@ -62,19 +75,70 @@ pick_engine() {
   "$ENGINE" info >/dev/null 2>&1 || die "$ENGINE does not work: $("$ENGINE" info 2>&1 | tail -3)"
 }
 
-can_run_arm64() {
-  [[ "$(uname -m)" == aarch64 ]] || grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64
+machine_of() {  # amd64|arm64 -> x86_64|aarch64 (wheel platform tags, uname -m)
+  case "$1" in amd64) echo x86_64 ;; arm64) echo aarch64 ;; *) die "unknown architecture $1" ;; esac
+}
+
+host_arch() {
+  case "$(uname -m)" in x86_64) echo amd64 ;; aarch64) echo arm64 ;; *) uname -m ;; esac
+}
+
+# Foreign architectures run through QEMU user-mode emulation registered with binfmt_misc. The F
+# flag (Debian's qemu-user-static sets it) keeps the interpreter open, so it also works inside
+# containers and mmdebstrap chroots. Prints one line saying why when it cannot be set up.
+EMULATION_WHY=""
+binfmt_ok() {  # arch
+  local entry="/proc/sys/fs/binfmt_misc/qemu-$(machine_of "$1")" state
+  state="$(cat "$entry" 2>/dev/null || true)"
+  [[ "$state" == enabled* && "$state" == *"flags: "*F* ]]
+}
+ensure_emulation() {  # arch
+  local arch="$1" machine
+  machine="$(machine_of "$arch")"
+  [[ "$arch" == "$(host_arch)" ]] && return 0
+  binfmt_ok "$arch" && return 0
+  if [[ ! -x "/usr/bin/qemu-$machine-static" ]] || ! command -v update-binfmts >/dev/null; then
+    if ! apt_install qemu-user-static binfmt-support; then
+      EMULATION_WHY="cannot install qemu-user-static and binfmt-support (needs root and apt)"
+      return 1
+    fi
+  fi
+  if ! mountpoint -q /proc/sys/fs/binfmt_misc 2>/dev/null; then
+    as_root mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || {
+      EMULATION_WHY="cannot mount binfmt_misc at /proc/sys/fs/binfmt_misc (needs root outside a container)"
+      return 1; }
+  fi
+  # No systemd here to do it at boot: register the handler by hand (idempotent).
+  as_root update-binfmts --enable "qemu-$machine" >/dev/null 2>&1 || true
+  if ! binfmt_ok "$arch"; then
+    EMULATION_WHY="qemu-$machine is not registered with binfmt_misc with the F flag: $(cat \
+      "/proc/sys/fs/binfmt_misc/qemu-$machine" 2>/dev/null | head -2 | tr '\n' ' ' || echo missing)"
+    return 1
+  fi
+  log "arm64 emulation: qemu-$machine registered with binfmt_misc (flags F)"
+}
+require_emulation() {  # arch
+  ensure_emulation "$1" || die "$1: this $(uname -m) host cannot run $1 programs: $EMULATION_WHY;" \
+    "build on a $1 machine, or leave $1 out (ARCHES=$(host_arch), SKIP_IMAGES=trainer)"
 }
 
 image_exists() { "$ENGINE" image inspect "$1" >/dev/null 2>&1; }
 
-# A Debian bookworm base with python3 (+venv), made from Debian's packages: no registry needed.
-make_local_base() {
+# A Debian bookworm base with python3 (+venv) per architecture, made from Debian's packages: no
+# registry needed. Sets LOCAL_BASE.
+make_local_base() {  # arch
+  local arch="$1"
+  LOCAL_BASE="localhost/debian-py:bookworm-r$BASE_REV-$arch"
   image_exists "$LOCAL_BASE" && return
-  local tar="$CACHE/images/debian-py-bookworm-r$BASE_REV.tar"
+  local tar="$CACHE/images/debian-py-bookworm-r$BASE_REV-$arch.tar"
   if [[ ! -f "$tar" ]]; then
     command -v mmdebstrap >/dev/null || apt_install mmdebstrap \
       || die "mmdebstrap is needed for the local base (or set BASE=python:3.11-slim-bookworm)"
+    if [[ "$arch" != "$(host_arch)" ]]; then
+      command -v arch-test >/dev/null || apt_install arch-test \
+        || die "arch-test is needed for mmdebstrap --arch=$arch"
+      require_emulation "$arch"
+    fi
     local mirrors=()
     # The host's own sources where it is bookworm (snapshot mirrors, proxies), else Debian's.
     if [[ -f /etc/apt/sources.list.d/debian.sources ]] \
@@ -85,12 +149,13 @@ make_local_base() {
                "deb http://deb.debian.org/debian-security bookworm-security main")
     fi
     mkdir -p "$(dirname "$tar")"
-    log "making the Debian base with mmdebstrap (about a minute)"
+    log "making the $arch Debian base with mmdebstrap (one to a few minutes)"
     # essential (not minbase): no apt in the image, nothing installs packages at run time.
     # gconv: glibc's iconv modules (9 MB); Python's codecs do not use them.
     # usrmerge brings full perl (47 MB) for a one-off conversion: purged once the tree is
     # made, with usr-is-merged standing in for it in init-system-helpers' dependency.
-    mmdebstrap --quiet --format=tar --variant=essential --include=python3,python3-venv,ca-certificates,libstdc++6,usr-is-merged \
+    mmdebstrap --quiet --arch="$arch" --format=tar --variant=essential \
+      --include=python3,python3-venv,ca-certificates,libstdc++6,usr-is-merged \
       --aptopt='APT::Install-Recommends "false"' \
       --dpkgopt='path-exclude=/usr/share/doc/*' \
       --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -104,25 +169,34 @@ make_local_base() {
       bookworm "$tar.tmp" "${mirrors[@]}"
     mv "$tar.tmp" "$tar"
   fi
-  "$ENGINE" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  "$ENGINE" import --arch "$arch" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["/bin/bash"]' "$tar" "$LOCAL_BASE" >/dev/null
 }
 
-# Wheels for the images' dependencies, downloaded once per pyproject.toml (cp311 manylinux).
-wheel_dir() {  # arch (x86_64|aarch64), extras ("" or "train")
-  local arch="$1" extras="$2"
+base_for() {  # arch [explicit base]: prints the base image for that architecture
+  if [[ -n "${2:-}" ]]; then echo "$2"; return; fi
+  make_local_base "$1"
+  echo "$LOCAL_BASE"
+}
+
+# Wheels for the images' dependencies, downloaded once per pyproject.toml and architecture
+# (cp311 manylinux, the Debian base's Python).
+wheel_dir() {  # machine (x86_64|aarch64), extras ("" or "train"), extra requirement ("" or pin)
+  local machine="$1" extras="$2" pin="${3:-}"
   local key
   key="$(cat "$ROOT/pyproject.toml" "$ROOT/images/requirements.py" | sha256sum | cut -c1-16)"
-  local dir="$CACHE/wheels/$key-cp311-$arch${extras:+-${extras// /-}}"
+  local dir="$CACHE/wheels/$key-cp311-$machine${extras:+-${extras// /-}}${pin:+-${pin//[=<>]/}}"
   if [[ ! -f "$dir/.complete" ]]; then
     "$PYTHON" -m pip --version >/dev/null 2>&1 \
       || die "$PYTHON has no pip for the wheel cache: set PYTHON (e.g. .venv/bin/python)"
     local platforms=() i
-    for i in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${i}_$arch"); done
-    platforms+=(--platform "manylinux2014_$arch")
+    for i in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${i}_$machine"); done
+    platforms+=(--platform "manylinux2014_$machine")
     log "downloading wheels into $dir"
     rm -rf "$dir" && mkdir -p "$dir"
     "$PYTHON" "$ROOT/images/requirements.py" "$ROOT/pyproject.toml" $extras >"$dir/requirements.txt"
+    [[ -n "$pin" ]] && echo "$pin" >>"$dir/requirements.txt"
     # setuptools and wheel: pip builds the package itself from /wheels too (build isolation).
     "$PYTHON" -m pip download --quiet --dest "$dir" --only-binary=:all: \
       --python-version 3.11 --implementation cp --abi cp311 "${platforms[@]}" \
@@ -132,51 +206,126 @@ wheel_dir() {  # arch (x86_64|aarch64), extras ("" or "train")
   echo "$dir"
 }
 
-build() {  # image dockerfile base arch extras
-  local name="$1" file="$2" base="$3" arch="$4" extras="$5"
-  local ref="$REGISTRY/$name:$TAG" args=() opts="${PIP_OPTIONS-}"
-  args+=(--network host -f "$ROOT/images/$file" -t "$ref")
+build() {  # ref dockerfile base arch extras [pin]
+  local ref="$1" file="$2" base="$3" arch="$4" extras="$5" pin="${6:-}"
+  local args=() opts="${PIP_OPTIONS-}"
+  args+=(--network host -f "$ROOT/images/$file" -t "$ref" --platform "linux/$arch")
   [[ -n "$base" ]] && args+=(--build-arg "BASE=$base")
-  [[ "$arch" != x86_64 ]] && args+=(--platform linux/arm64)
+  [[ -n "$pin" ]] && args+=(--build-arg "TORCH=$pin")
   if [[ "$ENGINE" == podman ]]; then
     # Build-time mounts only: the pip settings and certificates never enter a layer.
     [[ -f /etc/pip.conf ]] && args+=(-v /etc/pip.conf:/etc/pip.conf:ro)
     [[ -d /etc/ssl/certs ]] && args+=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
     if [[ -z "${PIP_OPTIONS+set}" ]]; then
-      args+=(-v "$(wheel_dir "$arch" "$extras"):/wheels:ro")
+      args+=(-v "$(wheel_dir "$(machine_of "$arch")" "$extras" "$pin"):/wheels:ro")
       opts="--no-index --find-links /wheels"
     fi
+  elif [[ "${PUSH:-}" == 1 ]]; then
+    args+=(--push)
+  else
+    args+=(--load)  # buildx: into the local store
   fi
   args+=(--build-arg "PIP_OPTIONS=$opts")
+  [[ "$arch" != "$(host_arch)" ]] && require_emulation "$arch"
   local start=$SECONDS
-  log "$ENGINE build $ref"
-  "$ENGINE" build "${args[@]}" "$ROOT" >&2
-  local size
-  size="$("$ENGINE" image inspect --format '{{.Size}}' "$ref")"
-  echo "built $ref $size $((SECONDS - start))"
+  log "$ENGINE build $ref (linux/$arch)"
+  if [[ "$ENGINE" == docker ]]; then
+    docker buildx build "${args[@]}" "$ROOT" >&2
+  else
+    "$ENGINE" build "${args[@]}" "$ROOT" >&2
+  fi
+  local size=-  # pushed by buildx: not in the local store
+  image_exists "$ref" && size="$("$ENGINE" image inspect --format '{{.Size}}' "$ref")"
+  echo "built $ref $size $((SECONDS - start)) $arch"
+}
+
+# One tag for every architecture: a manifest list of the per-architecture images.
+publish_list() {  # ref arch...
+  local ref="$1"; shift
+  local arch
+  if [[ "$ENGINE" == docker ]]; then
+    # Docker's classic store holds no lists: buildx builds and pushes one in a single step.
+    if [[ "${PUSH:-}" == 1 ]]; then
+      local platforms
+      platforms="$(printf 'linux/%s,' "$@")"
+      docker buildx build --push --platform "${platforms%,}" "${LIST_ARGS[@]}" -t "$ref" "$ROOT" >&2
+    else
+      log "docker: $ref per architecture only ($ref-<arch>); PUSH=1 publishes the list"
+      return
+    fi
+  else
+    # Replace whatever holds the tag now (an earlier list, or a single-arch image of old).
+    if "$ENGINE" manifest exists "$ref" 2>/dev/null; then "$ENGINE" manifest rm "$ref" >/dev/null
+    elif image_exists "$ref"; then "$ENGINE" rmi "$ref" >/dev/null; fi
+    "$ENGINE" manifest create "$ref" >/dev/null
+    for arch in "$@"; do
+      "$ENGINE" manifest add --arch "$arch" "$ref" "containers-storage:$ref-$arch" >/dev/null
+    done
+    if [[ "${PUSH:-}" == 1 ]]; then
+      "$ENGINE" manifest push --all "$ref" "docker://$ref" >&2
+    fi
+  fi
+  echo "manifest $ref $(IFS=,; echo "$*")"
+}
+
+push_one() {  # ref
+  [[ "${PUSH:-}" == 1 && "$ENGINE" == podman ]] && "$ENGINE" push "$1" "docker://$1" >&2
+  return 0
+}
+
+multi_arch() {  # name dockerfile
+  local name="$1" file="$2" ref="$REGISTRY/$1:$TAG" arch
+  for arch in "${ARCH_LIST[@]}"; do
+    [[ "$arch" != "$(host_arch)" ]] && require_emulation "$arch"
+  done
+  LIST_ARGS=(-f "$ROOT/images/$file" --build-arg "BASE=${BASE:-}")
+  if [[ "$ENGINE" == docker && "${PUSH:-}" == 1 ]]; then
+    publish_list "$ref" "${ARCH_LIST[@]}"  # one buildx build for every architecture
+    return
+  fi
+  for arch in "${ARCH_LIST[@]}"; do
+    build "$ref-$arch" "$file" "$(base_for "$arch" "${BASE:-}")" "$arch" ""
+  done
+  publish_list "$ref" "${ARCH_LIST[@]}"
 }
 
 pick_engine
+# Docker builds for users with a registry: the official base, PyPI (no local base, no wheel cache).
+[[ "$ENGINE" == docker && -z "${BASE:-}" ]] && BASE=python:3.11-slim-bookworm
 [[ "${1:-}" == "--engine-only" ]] && { log "engine: $ENGINE"; exit 0; }
+if [[ "${1:-}" == "--emulation-only" ]]; then
+  require_emulation arm64
+  log "emulation: arm64 programs run on this $(uname -m) host"
+  exit 0
+fi
 IMAGES=("$@")
 [[ ${#IMAGES[@]} -gt 0 ]] || IMAGES=(operator node-agent)
 
-if [[ -z "${BASE:-}" ]]; then make_local_base; BASE="$LOCAL_BASE"; fi
 for image in "${IMAGES[@]}"; do
   case "$image" in
-    operator) build operator operator.Dockerfile "$BASE" x86_64 "" ;;
-    node-agent) build node-agent node-agent.Dockerfile "$BASE" x86_64 "" ;;
-    estimator) build estimator estimator-cuda.Dockerfile "${ESTIMATOR_BASE:-$BASE}" x86_64 train ;;
+    operator) multi_arch operator operator.Dockerfile ;;
+    node-agent) multi_arch node-agent node-agent.Dockerfile ;;
+    estimator)
+      ref="$REGISTRY/estimator:$TAG"
+      build "$ref" estimator-cuda.Dockerfile "$(base_for amd64 "${ESTIMATOR_BASE:-${BASE:-}}")" \
+        amd64 train
+      push_one "$ref" ;;
     trainer)
-      # NVIDIA's L4T PyTorch images (the Dockerfile's default) ship Python 3.8 (r35) or 3.10
-      # (r36); edgetrain needs 3.11, so the base must be chosen, not defaulted.
-      [[ -n "${TRAINER_BASE:-}" ]] || die "trainer: set TRAINER_BASE to an arm64 image with" \
-        "Python >= 3.11 and a Jetson build of torch (L4T PyTorch images have Python 3.8/3.10);" \
-        "SKIP_IMAGES=trainer leaves it out"
-      can_run_arm64 || die "trainer: this $(uname -m) host cannot run arm64 programs (no" \
-        "qemu-aarch64 binfmt handler in /proc/sys/fs/binfmt_misc); register qemu-user-static" \
-        "or build on an arm64 machine; SKIP_IMAGES=trainer leaves it out"
-      build trainer trainer-jetson.Dockerfile "$TRAINER_BASE" aarch64 "train jetson" ;;
-    *) die "unknown image $image (operator, node-agent, estimator, trainer)" ;;
+      # The Dockerfile's default base is a JetPack image (NVIDIA's registry); an explicit
+      # TRAINER_BASE picks another L4T release (images/README.md).
+      ref="$REGISTRY/trainer:$TAG"
+      require_emulation arm64
+      # pip from PyPI, not the cp311 wheel cache: JetPack's Python is 3.10 (6) or 3.12 (7).
+      PIP_OPTIONS="${PIP_OPTIONS-}" build "$ref" trainer-jetson.Dockerfile "${TRAINER_BASE:-}" \
+        arm64 train
+      push_one "$ref" ;;
+    trainer-cpu)
+      # The same Dockerfile on the local Debian base: no CUDA, for emulation tests and CPU boards.
+      ref="$REGISTRY/trainer-cpu:$TAG"
+      require_emulation arm64
+      build "$ref" trainer-jetson.Dockerfile "$(base_for arm64 "${BASE:-}")" arm64 train \
+        "$CPU_TORCH_AARCH64"
+      push_one "$ref" ;;
+    *) die "unknown image $image (operator, node-agent, estimator, trainer, trainer-cpu)" ;;
   esac
 done

@@ -80,8 +80,11 @@ if up_to_date; then
 fi
 
 START_S=$SECONDS
-STAGE="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$STAGE"' EXIT
+# The stage is kept when a step fails: a retry of the same build (same manifest) skips every
+# binary already staged instead of throwing away minutes of compiling. It goes once published.
+STAGE="$BIN_DIR/.stage-$(echo "$MANIFEST_WANT" | sha256sum | cut -c1-16)"
+mkdir -p "$STAGE"
+find "$BIN_DIR" -maxdepth 1 -name '.stage*' ! -path "$STAGE" -exec rm -rf {} +
 elapsed() { printf '%dm%02ds' $(((SECONDS - START_S) / 60)) $(((SECONDS - START_S) % 60)); }
 log() { echo "build-k8s [$(elapsed)] $*"; }
 
@@ -114,8 +117,13 @@ done
 log "downloading modules listed in hack/k8s/go.sum (several hundred MB when cold)"
 "$GO" mod download || { log "FAILED: go mod download"; exit 1; }
 
+# True when an earlier, failed run of this same build already staged all of these binaries.
+staged() { local b; for b in "$@"; do [[ -x "$STAGE/$b" ]] || return 1; done; }
+
 log "compiling kube-apiserver, kube-controller-manager, kube-scheduler (one shared build)"
-if ! "$GO" build -mod=readonly -trimpath -v -ldflags "$LDFLAGS" -o "$STAGE/" \
+if staged kube-apiserver kube-controller-manager kube-scheduler; then
+  log "  kube: staged by an earlier run, kept"
+elif ! "$GO" build -mod=readonly -trimpath -v -ldflags "$LDFLAGS" -o "$STAGE/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler 2>&1 | progress kube; then
@@ -123,19 +131,25 @@ if ! "$GO" build -mod=readonly -trimpath -v -ldflags "$LDFLAGS" -o "$STAGE/" \
 fi
 
 log "compiling etcd ${ETCD_VERSION}"
-if ! "$GO" build -mod=readonly -trimpath -v -ldflags "-s -w" -o "$STAGE/etcd" \
+if staged etcd; then
+  log "  etcd: staged by an earlier run, kept"
+elif ! "$GO" build -mod=readonly -trimpath -v -ldflags "-s -w" -o "$STAGE/etcd" \
   go.etcd.io/etcd/server/v3 2>&1 | progress etcd; then
   log "FAILED: etcd"; exit 1
 fi
 
 log "go install kwok ${KWOK_VERSION}"
-if ! GOBIN="$STAGE" GOFLAGS=-trimpath "$GO" install -v -ldflags "-s -w" \
+if staged kwok; then
+  log "  kwok: staged by an earlier run, kept"
+elif ! GOBIN="$STAGE" GOFLAGS=-trimpath "$GO" install -v -ldflags "-s -w" \
   "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" 2>&1 | progress kwok; then
   log "FAILED: kwok"; exit 1
 fi
 
 log "go install helm ${HELM_VERSION}"
-if ! GOBIN="$STAGE" GOFLAGS=-trimpath "$GO" install -v \
+if staged helm; then
+  log "  helm: staged by an earlier run, kept"
+elif ! GOBIN="$STAGE" GOFLAGS=-trimpath "$GO" install -v \
   -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} \
             -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
   "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" 2>&1 | progress helm; then
@@ -152,14 +166,19 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
 done >"$STAGE/kwok-stages.yaml"
 
 # Sanity-check the stamps before publishing anything.
-"$STAGE/kube-apiserver" --version | grep -qx "Kubernetes ${K8S_VERSION}" \
-  || { log "FAILED: kube-apiserver --version is '$("$STAGE/kube-apiserver" --version)'"; exit 1; }
-"$STAGE/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}" \
-  || { log "FAILED: etcd --version mismatch"; exit 1; }
+# Captured, then matched: `cmd | grep -q` under pipefail fails whenever grep exits at its first
+# match before cmd has written everything (cmd dies of SIGPIPE); that failed 11 in 200 busy runs.
+apiserver_version="$("$STAGE/kube-apiserver" --version)"
+[[ "$apiserver_version" == "Kubernetes ${K8S_VERSION}" ]] \
+  || { log "FAILED: kube-apiserver --version is '$apiserver_version'"; exit 1; }
+etcd_version="$("$STAGE/etcd" --version)"
+[[ "$etcd_version" == *"etcd Version: ${ETCD_VERSION#v}"* ]] \
+  || { log "FAILED: etcd --version is '${etcd_version//$'\n'/; }'"; exit 1; }
 
 # Atomic publish: rename each binary into place, then the manifest last.
 for b in "${BINARIES[@]}" kwok-stages.yaml; do mv -f "$STAGE/$b" "$BIN_DIR/$b"; done
 printf '%s\n' "$MANIFEST_WANT" >"$STAGE/manifest.txt"
 mv -f "$STAGE/manifest.txt" "$BIN_DIR/manifest.txt"
+rm -rf "$STAGE"
 log "done: $(cd "$BIN_DIR" && du -ch "${BINARIES[@]}" | tail -1 | cut -f1) in $BIN_DIR"
 log "total build time $(elapsed) ($((SECONDS - START_S)) s)"

@@ -9,7 +9,9 @@ KUBE_SCORE_VERSION="v1.20.0"
 BIN_DIR="${EDGETRAIN_TOOLS_DIR:-${HOME}/.cache/edgetrain/bin/tools}"
 BIN="$BIN_DIR/kube-score"
 
-if [[ -x "$BIN" ]] && "$BIN" version 2>/dev/null | grep -q "${KUBE_SCORE_VERSION#v}"; then
+# The output is captured, then matched: `cmd | grep -q` under pipefail fails whenever grep exits
+# at its first match before cmd has written everything (cmd dies of SIGPIPE).
+if [[ -x "$BIN" ]] && [[ "$("$BIN" version 2>/dev/null || true)" == *"${KUBE_SCORE_VERSION#v}"* ]]; then
   exit 0
 fi
 GO="$(bash "$ROOT/scripts/build-k8s.sh" --print-go-path)"

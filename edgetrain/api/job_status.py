@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from edgetrain.api.enums import StrEnum
 
 #: maxLength of every free-text string in the CRD (spec and status; api/crd.py). It bounds CEL's
 #: cost estimate for the immutability rule, and the API server refuses a longer status (422).

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from edgetrain.api.enums import StrEnum
 
 
 class PowerMetric(StrEnum):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from edgetrain.api.enums import StrEnum
 
 
 class LrScaling(StrEnum):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgetrain.api.enums import StrEnum
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import DEVICE_PATTERN, OptimizerSpec, Precision

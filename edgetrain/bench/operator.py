@@ -615,7 +615,7 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
     op = sampler.usage("operator", window_s)
     return OperatorBenchResult(
         command=command,
-        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=machine_description(),
         load_average_before=round(load_before, 2),
         load_average_during=round(float(np.mean(sampler.loads)) if sampler.loads else 0.0, 2),

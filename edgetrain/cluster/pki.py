@@ -128,7 +128,7 @@ def _issue(
     client: bool = False,
     sans: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)

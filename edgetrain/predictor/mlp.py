@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgetrain.api.enums import StrEnum
 from edgetrain.predictor.space import POWER_TARGETS, FloatArray, IntArray, Target, features
 
 if TYPE_CHECKING:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from edgetrain.api.enums import StrEnum
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.planner.lut import Lut
 

@@ -1,14 +1,20 @@
 """The images built as a user builds them (scripts/build-images.sh, as `make images-core` runs
-it) and run under a container engine against the session's local control plane: the node agent
-reads a device twin through a mount and serves /metrics; the operator, logged in with a
-ServiceAccount token at the standard in-pod path, takes a PowerAwareTrainingJob out of Pending.
+it) and run under a container engine against the session's local control plane: one tag per
+image lists linux/amd64 and linux/arm64; the node agent of each architecture (arm64 under QEMU
+emulation) reads a device twin through a mount and serves /metrics; the operator, logged in with
+a ServiceAccount token at the standard in-pod path, takes a PowerAwareTrainingJob out of
+Pending; the arm64 trainer (the Debian base with PyPI's aarch64 CPU torch) measures a profile
+point and trains a few steps on a twin through the worker wrapper the pods use.
 
-Where no engine can be installed (not root, no apt) the tests are skipped with that reason;
-with CI set they fail instead, because `make setup` installs the engine there.
+The arm64 runs prove the entry points, the arm64 wheels and the wrapper on that architecture,
+not CUDA on a Jetson. Where no engine or no arm64 emulation can be set up (not root, no apt),
+the tests are skipped with that reason; with CI set they fail instead, because `make setup`
+installs both there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,6 +33,7 @@ from edgetrain.api.crd import PLURAL, VERSION
 from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device.sim import DeviceTwin
+from tests.helpers import FAST_PROFILE_ARGS
 from tests.node_agent.helpers import wait_until
 from tests.observability.test_chart import CHART, helm
 
@@ -39,13 +46,19 @@ SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 RELEASE = "img"
 
 
+ARCHES = ("amd64", "arm64")
+BUILT = re.compile(r"^built (\S+) (\d+) (\d+) (\w+)$", re.M)
+MANIFEST = re.compile(r"^manifest (\S+) (\S+)$", re.M)
+
+
 @dataclass(frozen=True)
 class Engine:
     """The engine the build script picked, and the environment it was run with."""
 
     name: str
     env: dict[str, str]
-    images: dict[str, str]
+    images: dict[str, str]  # name -> the one tag (a manifest list of every architecture)
+    per_arch: dict[tuple[str, str], str]  # (name, arch) -> that architecture's image
 
     def run(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([self.name, *args], capture_output=True, text=True,
@@ -58,6 +71,12 @@ def _script(env: dict[str, str], *args: str, timeout_s: float
                           env=env, timeout=timeout_s)
 
 
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI: `make setup` installs it)")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     """The operator and node-agent images, built (or brought up to date) by the user's script."""
@@ -66,18 +85,21 @@ def engine() -> Engine:
                CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
     found = _script(env, "--engine-only", timeout_s=600)
     if found.returncode != 0:
-        reason = f"no container engine: {found.stderr.strip()[-500:]}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI: `make setup` installs one)")
-        pytest.skip(reason)
+        _unavailable(f"no container engine: {found.stderr.strip()[-500:]}")
     name = re.findall(r"engine: (\S+)", found.stderr)[-1]
-    # A cold build (base, wheels, layers) takes minutes; a warm one reuses every layer.
-    built = _script(env, "operator", "node-agent", timeout_s=1500)
+    emulation = _script(env, "--emulation-only", timeout_s=600)
+    if emulation.returncode != 0:
+        _unavailable(emulation.stderr.strip().splitlines()[-1])
+    # A cold build (bases, wheels, layers; arm64 under emulation) takes minutes; a warm one
+    # reuses every layer and only remakes the two manifest lists.
+    built = _script(env, "operator", "node-agent", timeout_s=2400)
     assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
-    images = {m[0].split("/")[-1].split(":")[0]: m[0]
-              for m in re.findall(r"^built (\S+) (\d+) (\d+)$", built.stdout, re.M)}
+    images = {ref.split("/")[-1].split(":")[0]: ref for ref, _ in MANIFEST.findall(built.stdout)}
     assert set(images) == {"operator", "node-agent"}, built.stdout
-    return Engine(name, env, images)
+    per_arch = {(ref.split("/")[-1].split(":")[0], arch): ref
+                for ref, _, _, arch in BUILT.findall(built.stdout)}
+    assert set(per_arch) == {(n, a) for n in images for a in ARCHES}, built.stdout
+    return Engine(name, env, images, per_arch)
 
 
 @pytest.fixture
@@ -150,23 +172,44 @@ def metrics(port: int) -> str:
     return r.text if r.status_code == 200 else ""
 
 
-def test_images_carry_no_torch(engine: Engine) -> None:
-    for image in engine.images.values():
-        out = engine.run("run", "--rm", "--entrypoint", "python3", image, "-c",
-                         "import importlib.util as u; print(u.find_spec('torch'), "
-                         "u.find_spec('matplotlib'))")
+def test_one_tag_lists_amd64_and_arm64(engine: Engine) -> None:
+    """What a registry serves under each tag: a manifest list whose entries are images of
+    the architecture they claim, so a Jetson pulls arm64 and the GPU server amd64."""
+    for name, ref in engine.images.items():
+        out = engine.run("manifest", "inspect", ref)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ["None", "None"], (image, out.stdout)
+        listed = {m["platform"]["architecture"]: m["digest"]
+                  for m in json.loads(out.stdout)["manifests"]}
+        assert set(listed) == set(ARCHES), (ref, out.stdout)
+        for arch in ARCHES:
+            image = engine.per_arch[(name, arch)]
+            config = engine.run("image", "inspect", "--format",
+                                "{{.Architecture}} {{.Os}} {{.Digest}}", image)
+            assert config.stdout.split()[:2] == [arch, "linux"], (image, config.stdout)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_images_carry_no_torch(engine: Engine, arch: str) -> None:
+    for name in engine.images:
+        image = engine.per_arch[(name, arch)]
+        out = engine.run("run", "--rm", "--entrypoint", "python3", image, "-c",
+                         "import importlib.util as u, platform; print(u.find_spec('torch'), "
+                         "u.find_spec('matplotlib'), platform.machine())", timeout_s=300)
+        assert out.returncode == 0, out.stderr
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}[arch]
+        assert out.stdout.split() == ["None", "None", machine], (image, out.stdout)
     user = engine.run("image", "inspect", "--format", "{{.Config.User}}",
-                      engine.images["operator"])
+                      engine.per_arch[("operator", arch)])
     assert user.stdout.strip() == "65532:65532"
 
 
+@pytest.mark.parametrize("arch", ARCHES)
 def test_node_agent_container_reads_a_twin_and_serves_metrics(
         cluster: LocalCluster, kube: KubeClient, release: str, engine: Engine,
-        containers: list[str], nano: DeviceTwin, tmp_path: Path) -> None:
+        containers: list[str], nano: DeviceTwin, tmp_path: Path, arch: str) -> None:
+    """The agent of each architecture (arm64 under emulation, as on a Nano) on a Nano twin."""
     ns = release
-    node = f"img-nano-{uuid.uuid4().hex[:5]}"
+    node = f"img-nano-{arch}-{uuid.uuid4().hex[:5]}"
     # A Node object without a kubelet: the agent only labels it and watches its pods.
     kube.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
                                   "metadata": {"name": node}})
@@ -177,12 +220,13 @@ def test_node_agent_container_reads_a_twin_and_serves_metrics(
         port = free_ports(1)[0]
         name = start(engine, containers, [
             "-v", f"{sa}:{SA_PATH}:ro", "-v", f"{nano.root}:/twin", *api_env(cluster),
-            engine.images["node-agent"], "--node-name", node, "--sysfs-root", "/twin",
+            engine.per_arch[("node-agent", arch)], "--node-name", node, "--sysfs-root", "/twin",
             "--metrics-address", "127.0.0.1", "--metrics-port", str(port),
             "--power-backend", "sysfs"])
         try:
+            # Emulated Python starts several times slower than native.
             text = wait_until(lambda: "edgetrain_power_watts{" in metrics(port) and metrics(port),
-                              60, "node-agent /metrics")
+                              180, "node-agent /metrics")
         except TimeoutError:
             raise AssertionError(logs(engine, name)) from None
         assert f'edgetrain_node_info{{device_model="jetson-nano",l4t="32.7.1",node="{node}"' \
@@ -209,7 +253,7 @@ def test_operator_container_takes_a_job_out_of_pending(
         "-v", f"{sa}:{SA_PATH}:ro", *api_env(cluster),
         "-e", f"EDGETRAIN_OPERATOR_NAMESPACES={ns}",
         "--read-only", "--tmpfs", "/tmp",  # as the chart runs it (readOnlyRootFilesystem)
-        engine.images["operator"]])
+        engine.per_arch[("operator", "amd64")]])
     try:
         status = kube.wait_for(
             f"{path}/{job}",
@@ -225,3 +269,60 @@ def test_operator_container_takes_a_job_out_of_pending(
     assert jobs[0]["metadata"]["ownerReferences"][0]["name"] == job
     running = engine.run("inspect", "--format", "{{.State.Running}}", name)
     assert running.stdout.strip() == "true", logs(engine, name)
+
+
+@pytest.fixture(scope="session")
+def trainer_cpu(engine: Engine) -> str:
+    """The arm64 trainer on the local Debian base with PyPI's aarch64 CPU torch."""
+    built = _script(engine.env, "trainer-cpu", timeout_s=2400)
+    assert built.returncode == 0, f"trainer-cpu build failed:\n{built.stderr[-6000:]}"
+    ((ref, _, _, arch),) = BUILT.findall(built.stdout)
+    assert arch == "arm64", built.stdout
+    return ref
+
+
+def test_arm64_trainer_profiles_and_trains_on_a_twin_through_the_worker(
+        cluster: LocalCluster, kube: KubeClient, release: str, engine: Engine,
+        trainer_cpu: str, containers: list[str], nano: DeviceTwin, tmp_path: Path) -> None:
+    """`edgetrain worker -- edgetrain profile|train`, as the operator's Jetson pods run them,
+    in the arm64 trainer under emulation: one profile point on a Nano twin published as a
+    ConfigMap, then a few training steps with progress lines published while it trains.
+    Emulated and on the CPU: this proves the entry points, the wheels and the wrapper on arm64,
+    not CUDA on a Jetson (all device figures are the twin's, simulated)."""
+    ns = release
+    sa = service_account_dir(cluster, kube, ns, "edgetrain-worker", tmp_path / "sa")
+    out = tmp_path / "out"
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    data = Path(os.environ.get("EDGETRAIN_DATA_DIR", Path.home() / ".cache/edgetrain/data"))
+    run_in = ["run", "--rm", "--network", "host", "-v", f"{sa}:{SA_PATH}:ro",
+              "-v", f"{nano.root}:/twin", "-v", f"{out}:/out", "-v", f"{data}:/data:ro",
+              "-e", "EDGETRAIN_DATA_DIR=/data", "-e", "EDGETRAIN_CACHE_DIR=/out/cache",
+              "-e", f"POD_NAMESPACE={ns}", *api_env(cluster), trainer_cpu]
+    tag = uuid.uuid4().hex[:6]
+    profile_cm, progress_cm = f"arm64-profile-{tag}", f"arm64-progress-{tag}"
+    profiled = engine.run(
+        *run_in, "worker", "--publish", profile_cm, "--file", "profile.csv=/out/p.csv",
+        "--label", "edgetrain.io/test=arm64", "--",
+        "edgetrain", "profile", "--model", "resnet8-w025", "--dataset", "digits",
+        "--batch-sizes", "8", "--gpu-freqs", "921.6MHz", "--sysfs-root", "/twin",
+        "-o", "/out/p.csv", "--json-progress", *FAST_PROFILE_ARGS, timeout_s=900)
+    assert profiled.returncode == 0, profiled.stderr[-4000:]
+    cm = kube.get(api_path("v1", "configmaps", ns, profile_cm))
+    rows = cm["data"]["profile.csv"].strip().splitlines()
+    assert rows[0].startswith("batch_size,gpu_freq_hz,time_per_sample_s,peak_power_w")
+    assert len(rows) == 2 and rows[1].startswith("8,921600000,"), rows
+    assert "(simulated)" in profiled.stderr
+    trained = engine.run(
+        *run_in, "worker", "--progress", progress_cm, "--progress-interval", "0.2", "--",
+        "edgetrain", "train", "--model", "resnet8-w025", "--dataset", "digits",
+        "--batch-size", "16", "--target-accuracy", "0.99", "--sample-budget", "64",
+        "--eval-interval", "32", "--eval-samples", "32", "--gpu-freq", "921.6MHz",
+        "--sysfs-root", "/twin", "--checkpoint-dir", "/out/ck", "--json-progress",
+        timeout_s=900)
+    assert trained.returncode == 4, trained.stderr[-4000:]  # budget spent before 99 %
+    result = json.loads(trained.stdout.strip().splitlines()[-1])
+    assert result["samples"] == 64 and result["usage"]["simulated"], result
+    progress = kube.get(api_path("v1", "configmaps", ns, progress_cm))["data"]
+    assert json.loads(progress["result.json"])["samples"] == 64, progress
+    assert (out / "ck").is_dir()

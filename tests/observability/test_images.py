@@ -41,7 +41,7 @@ def test_bases_are_build_arguments() -> None:
     defaults = {
         "operator.Dockerfile": "python:3.11-slim",
         "node-agent.Dockerfile": "python:3.11-slim",
-        "trainer-jetson.Dockerfile": "nvcr.io/nvidia/l4t-pytorch",
+        "trainer-jetson.Dockerfile": "nvcr.io/nvidia/pytorch:24.12-py3-igpu",
         "estimator-cuda.Dockerfile": "cuda",
     }
     for name, base in defaults.items():
@@ -79,3 +79,32 @@ def test_chart_commands_match_images() -> None:
     for tpl, argv in (("operator.yaml", '["edgetrain", "operator"]'),
                       ("agent.yaml", '["edgetrain", "node-agent"]')):
         assert f"command: {argv}" in (ROOT / "charts/edgetrain/templates" / tpl).read_text()
+
+
+def test_chart_assumes_no_architecture_for_its_images() -> None:
+    """One tag serves the GPU server (amd64) and the Jetsons (arm64): no arch-suffixed image
+    tag and no amd64 node selector; the Jetson agent selects arm64 nodes only."""
+    values_text = (ROOT / "charts/edgetrain/values.yaml").read_text()
+    templates = "".join(p.read_text() for p in (ROOT / "charts/edgetrain/templates").glob("*"))
+    for text in (values_text, templates):
+        assert "amd64" not in text and "x86_64" not in text
+        assert not re.search(r"tag:\s*\S*-(arm64|aarch64)", text)
+    values = yaml.safe_load(values_text)
+    assert values["agent"]["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+
+
+def test_release_workflow_publishes_where_the_chart_pulls() -> None:
+    """The release workflow's default registry is the chart's and the Makefile's, and it
+    calls the same make targets as a developer (multi-arch images, the chart as OCI)."""
+    values = yaml.safe_load((ROOT / "charts/edgetrain/values.yaml").read_text())
+    makefile = (ROOT / "Makefile").read_text()
+    m = re.search(r"^REGISTRY \?= (\S+)$", makefile, re.M)
+    assert m and m.group(1) == values["image"]["registry"]
+    release = yaml.safe_load((ROOT / ".github/workflows/release.yml").read_text())
+    assert f"|| '{values['image']['registry']}'" in release["env"]["REGISTRY"]
+    assert release[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    runs = " ".join(s.get("run", "") for s in release["jobs"]["publish"]["steps"])
+    assert "make images-core" in runs and "PUSH=1" in runs and "make chart-push" in runs
+    ci = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())
+    assert "pull_request" in ci[True]
+    assert any("make test" in s.get("run", "") for s in ci["jobs"]["test"]["steps"])

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgetrain.api.enums import StrEnum
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import OptimizerName, OptimizerSpec
 from edgetrain.workloads import workload_cost
