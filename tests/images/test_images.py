@@ -190,9 +190,9 @@ def test_one_tag_lists_amd64_and_arm64(engine: Engine) -> None:
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_images_carry_no_torch(engine: Engine, arch: str) -> None:
-    for name in engine.images:
-        image = engine.per_arch[(name, arch)]
-        out = engine.run("run", "--rm", "--entrypoint", "python3", image, "-c",
+    for name, image in engine.images.items():
+        # The one tag, resolved for the architecture the way a node's runtime does.
+        out = engine.run("run", "--rm", "--arch", arch, "--entrypoint", "python3", image, "-c",
                          "import importlib.util as u, platform; print(u.find_spec('torch'), "
                          "u.find_spec('matplotlib'), platform.machine())", timeout_s=300)
         assert out.returncode == 0, out.stderr
@@ -220,7 +220,8 @@ def test_node_agent_container_reads_a_twin_and_serves_metrics(
         port = free_ports(1)[0]
         name = start(engine, containers, [
             "-v", f"{sa}:{SA_PATH}:ro", "-v", f"{nano.root}:/twin", *api_env(cluster),
-            engine.per_arch[("node-agent", arch)], "--node-name", node, "--sysfs-root", "/twin",
+            "--arch", arch, engine.images["node-agent"], "--node-name", node,
+            "--sysfs-root", "/twin",
             "--metrics-address", "127.0.0.1", "--metrics-port", str(port),
             "--power-backend", "sysfs"])
         try:
@@ -231,6 +232,9 @@ def test_node_agent_container_reads_a_twin_and_serves_metrics(
             raise AssertionError(logs(engine, name)) from None
         assert f'edgetrain_node_info{{device_model="jetson-nano",l4t="32.7.1",node="{node}"' \
             in text
+        machine = engine.run("exec", name, "python3", "-c",
+                             "import platform; print(platform.machine())", timeout_s=120)
+        assert machine.stdout.strip() == {"amd64": "x86_64", "arm64": "aarch64"}[arch]
         # It labelled its Node with the token at the standard path (no kubeconfig given).
         labels = wait_until(
             lambda: kube.get(api_path("v1", "nodes", name=node))["metadata"].get("labels", {})
@@ -253,7 +257,7 @@ def test_operator_container_takes_a_job_out_of_pending(
         "-v", f"{sa}:{SA_PATH}:ro", *api_env(cluster),
         "-e", f"EDGETRAIN_OPERATOR_NAMESPACES={ns}",
         "--read-only", "--tmpfs", "/tmp",  # as the chart runs it (readOnlyRootFilesystem)
-        engine.per_arch[("operator", "amd64")]])
+        engine.images["operator"]])
     try:
         status = kube.wait_for(
             f"{path}/{job}",
@@ -313,6 +317,10 @@ def test_arm64_trainer_profiles_and_trains_on_a_twin_through_the_worker(
     assert rows[0].startswith("batch_size,gpu_freq_hz,time_per_sample_s,peak_power_w")
     assert len(rows) == 2 and rows[1].startswith("8,921600000,"), rows
     assert "(simulated)" in profiled.stderr
+    # The operator makes the job's progress ConfigMap before its training pod; the worker
+    # merge-patches it.
+    kube.create(api_path("v1", "configmaps", ns), {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": progress_cm}, "data": {}})
     trained = engine.run(
         *run_in, "worker", "--progress", progress_cm, "--progress-interval", "0.2", "--",
         "edgetrain", "train", "--model", "resnet8-w025", "--dataset", "digits",
