@@ -1,6 +1,7 @@
 """Print the package's requirements from pyproject.toml, one a line, for an image build.
 
     python3 images/requirements.py pyproject.toml [EXTRA ...]
+    python3 images/requirements.py --wheel-deps WHEEL MACHINE    (host only: needs packaging)
 
 The images install the dependencies in a layer of their own before the source is copied in, so
 a source change rebuilds only the last layer; build-images.sh downloads the same list as wheels.
@@ -53,6 +54,32 @@ def load_project(pyproject: str) -> dict[str, Any]:
     return project
 
 
+def wheel_dependencies(wheel: str, machine: str, python: str = "3.11") -> list[str]:
+    """A wheel's dependencies on a Linux `machine` (x86_64, aarch64), markers evaluated there.
+
+    `pip download --platform` evaluates markers on the host, so an aarch64 torch whose CUDA
+    libraries are marked `platform_machine == "x86_64"` would bring them anyway (3 GB)."""
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = z.read(name).decode()
+    env = {"platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux",
+           "os_name": "posix", "python_version": python, "python_full_version": f"{python}.0",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython",
+           "extra": ""}
+    deps = []
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist:"):
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is None or req.marker.evaluate(env):
+                req.marker = None
+                deps.append(str(req))
+    return deps
+
+
 def requirements(pyproject: str, extras: list[str]) -> list[str]:
     project = load_project(pyproject)
     reqs = list(project["dependencies"])
@@ -62,4 +89,7 @@ def requirements(pyproject: str, extras: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(requirements(sys.argv[1], sys.argv[2:])))
+    if sys.argv[1] == "--wheel-deps":
+        print("\n".join(wheel_dependencies(sys.argv[2], sys.argv[3])))
+    else:
+        print("\n".join(requirements(sys.argv[1], sys.argv[2:])))

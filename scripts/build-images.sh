@@ -196,7 +196,18 @@ wheel_dir() {  # machine (x86_64|aarch64), extras ("" or "train"), extra require
     log "downloading wheels into $dir"
     rm -rf "$dir" && mkdir -p "$dir"
     "$PYTHON" "$ROOT/images/requirements.py" "$ROOT/pyproject.toml" $extras >"$dir/requirements.txt"
-    [[ -n "$pin" ]] && echo "$pin" >>"$dir/requirements.txt"
+    if [[ -n "$pin" ]]; then
+      # The pinned wheel alone, then its dependencies with markers evaluated for $machine
+      # (pip download evaluates them on the host: aarch64 torch would bring x86's CUDA list).
+      "$PYTHON" -m pip download --quiet --dest "$dir" --only-binary=:all: --no-deps \
+        --python-version 3.11 --implementation cp --abi cp311 "${platforms[@]}" "$pin"
+      local name="${pin%%[=<>!~ ]*}" wheels
+      wheels=("$dir/$name"-*.whl)
+      local wheel="${wheels[0]}"
+      sed -i "/^$name\([<>=!~ ;]\|\$\)/d" "$dir/requirements.txt"
+      "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" \
+        >>"$dir/requirements.txt"
+    fi
     # setuptools and wheel: pip builds the package itself from /wheels too (build isolation).
     "$PYTHON" -m pip download --quiet --dest "$dir" --only-binary=:all: \
       --python-version 3.11 --implementation cp --abi cp311 "${platforms[@]}" \

@@ -78,3 +78,22 @@ def test_requirements_reader_handles_comments_and_one_line_arrays() -> None:
         '[tool.x]\ndependencies = ["not-this"]\n')
     assert parsed == {"dependencies": ["a>=1", "b"],
                       "optional-dependencies": {"train": ["torch>=2.2", "m"]}}
+
+
+def test_wheel_dependencies_are_those_of_the_target_machine(tmp_path: Path) -> None:
+    """An aarch64 torch lists x86-64-only CUDA wheels; downloading for aarch64 must skip them."""
+    import zipfile
+
+    wheel = tmp_path / "torch-2.9.1-cp311-cp311-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("torch-2.9.1.dist-info/METADATA", "\n".join([
+            "Metadata-Version: 2.1", "Name: torch", "Version: 2.9.1",
+            "Requires-Dist: filelock",
+            "Requires-Dist: setuptools; python_version >= \"3.12\"",
+            "Requires-Dist: nvidia-cublas-cu12==12.8.4.1; platform_system == \"Linux\" and "
+            "platform_machine == \"x86_64\"",
+            "Requires-Dist: opt-einsum>=3.3; extra == \"opt-einsum\""]))
+    reader = _requirements_module()
+    assert reader.wheel_dependencies(str(wheel), "aarch64") == ["filelock"]
+    assert reader.wheel_dependencies(str(wheel), "x86_64") == [
+        "filelock", "nvidia-cublas-cu12==12.8.4.1"]
