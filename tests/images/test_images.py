@@ -190,7 +190,7 @@ def test_one_tag_lists_amd64_and_arm64(engine: Engine) -> None:
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_images_carry_no_torch(engine: Engine, arch: str) -> None:
-    for name, image in engine.images.items():
+    for image in engine.images.values():
         # The one tag, resolved for the architecture the way a node's runtime does.
         out = engine.run("run", "--rm", "--arch", arch, "--entrypoint", "python3", image, "-c",
                          "import importlib.util as u, platform; print(u.find_spec('torch'), "
