@@ -26,7 +26,7 @@ class Chooser(StrEnum):
     """How the plan's r is drawn from the posterior."""
 
     thompson = "thompson"  # one posterior draw: explores in proportion to the doubt
-    lcb = "lcb"  # optimistic: mean − κ·sd of log N, relative to the common scale
+    lcb = "lcb"  # optimistic: mean − κ·sd of log N relative to the most tried size
     mean = "mean"  # the posterior mean: exploits only
 
 
@@ -76,11 +76,13 @@ class Posterior:
         return np.sqrt(var)
 
     def relative_log_sd(self) -> NDArray[np.float64]:
-        """Posterior sd of log N(b) − a: the doubt that matters for ranking batch sizes."""
-        rel = self.design[:, 1:]
-        cov = self.cov[1:, 1:]
-        var: NDArray[np.float64] = np.einsum("ij,jk,ik->i", rel, cov, rel)
-        return np.sqrt(var)
+        """Posterior sd of log N(b) − log N(b_ref), b_ref the most observed size (the first when
+        none is): the doubt about how b compares with what was tried, the target set's common
+        scale taken out. It is 0 at b_ref and grows with the distance in log b."""
+        ref = int(np.argmax(self.observed))
+        diff = self.design - self.design[ref]
+        var: NDArray[np.float64] = np.einsum("ij,jk,ik->i", diff, self.cov, diff)
+        return np.sqrt(np.clip(var, 0.0, None))
 
     def r(self) -> NDArray[np.float64]:
         """Posterior-mean r: N(b) / max N(b)."""
@@ -163,8 +165,9 @@ def choose_r(
     With no observations it is the proxy's r whatever the chooser: nothing was learned, and a
     draw from the prior alone would only add noise to today's plan. With observations, Thompson
     sampling draws one N(b) from the posterior (seeded `rng`: reproducible), so a batch size is
-    tried about as often as it is likely to be the best; `lcb` takes `mean − κ·sd` of the
-    relative log N, so a never-tried size, whose sd stays wide, gets its chance.
+    tried about as often as it is likely to be the best; `lcb` takes `mean − κ·sd` of log N
+    relative to the most tried size, so a never-tried size, whose doubt stays wide, gets its
+    chance (a bound on log N itself would not: the unknown common scale would hide it).
     """
     if post.observations == 0 or chooser is Chooser.mean:
         return post.r()

@@ -184,3 +184,13 @@ def test_learn_shows_prior_observations_and_posterior_and_plans_from_them() -> N
     assert status.prior_r == pytest.approx(list(np.array(PRIOR_N) / max(PRIOR_N)))
     assert status.posterior_r != pytest.approx(status.prior_r)
     assert vector.r[:-1] == pytest.approx(status.planned_r) and vector.r[-1] is None
+
+
+def test_the_doubt_relative_to_the_most_tried_size_grows_with_distance_in_log_b() -> None:
+    # However often b = 8 was seen, it says nothing about how 128 compares: repeating the same
+    # size must not make a bound stop exploring (the common scale is taken out).
+    post = posterior(BATCHES, PRIOR_N, [(8, 60_000.0)] * 20)
+    rel = post.relative_log_sd()
+    assert rel[BATCHES.index(8)] == pytest.approx(0.0, abs=1e-9)
+    right = rel[BATCHES.index(8) :]
+    assert np.all(np.diff(right) > 0) and rel[0] > 0
