@@ -10,6 +10,7 @@ not the vector). Job 1 has none, so it is the main table's edgetrain case of see
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -49,6 +50,20 @@ def _job_plan(
     except InfeasibleError:
         return None
     return chosen.batch_size, chosen.gpu_freq_hz
+
+
+def _over_oracle(
+    truth: Lut,
+    choice: tuple[int, int] | None,
+    samples: dict[int, float],
+    limit_w: float,
+    metric: PowerMetric,
+    oracle_tta: float | None,
+) -> float | None:
+    """The true time to accuracy of (b, f) on this seed over the oracle's."""
+    if choice is None:
+        return None
+    return ratio(outcome(truth, *choice, samples, limit_w, metric).tta_s, oracle_tta)
 
 
 def _informed_vector(
@@ -127,12 +142,14 @@ def recurring_cell(
                 ).tta_s
             )
 
-            def judged(choice: tuple[int, int] | None) -> float | None:
-                if choice is None:
-                    return None
-                tta = outcome(truth, *choice, samples, limit_w, metric).tta_s  # noqa: B023
-                return ratio(tta, oracle_tta)  # noqa: B023
-
+            judged = functools.partial(
+                _over_oracle,
+                truth,
+                samples=samples,
+                limit_w=limit_w,
+                metric=metric,
+                oracle_tta=oracle_tta,
+            )
             others = [targets[s] for s in seeds if s != seed]
             informed = _informed_vector(proxy, others)
             observed = None if chosen is None else samples.get(chosen[0])
