@@ -100,5 +100,7 @@ def record_actions(
     entry = {entry_name(job): observation.model_dump_json()}
     return [
         Create("v1", "configmaps", body),
-        Patch("v1", "configmaps", meta["namespace"], cm, {"data": entry}),
+        # Best effort: a refused patch (e.g. a ConfigMap at its 1 MiB limit, ~2,500 entries)
+        # loses one observation, never the job.
+        Patch("v1", "configmaps", meta["namespace"], cm, {"data": entry}, best_effort=True),
     ]
