@@ -106,6 +106,11 @@ class StrategySpec(_Spec):
         description="profiling: predicted — power modes measured on the device; the rest of"
         " the (batch size, power mode) grid is predicted",
     )
+    learn_from_history: bool = Field(
+        default=True,
+        description="plan from a posterior r: the proxy's r corrected by the samples to target"
+        " that earlier jobs with the same model, target set and target accuracy observed",
+    )
 
 
 class BudgetSpec(_Spec):

@@ -66,12 +66,47 @@ class Condition(_Status):
     last_transition_time: str = ""
 
 
+class ObservationStatus(_Status):
+    """One earlier job's observation that this plan learned from."""
+
+    job: str
+    batch_size: int
+    samples: float
+    reached_target: bool = True
+
+
+#: Status lists are bounded (a recurring job's history grows without end).
+MAX_LISTED = 32
+
+
+class HistoryStatus(_Status):
+    """Recurring jobs (issue 30): the proxy's r (prior), the observations, the posterior r."""
+
+    config_map: str | None = Field(default=None, description="the history ConfigMap (cluster)")
+    key: str
+    chooser: str
+    batch_sizes: list[int]
+    prior_r: list[float]
+    posterior_r: list[float] = Field(description="posterior mean r")
+    posterior_log_sd: list[float] = Field(description="sd of log N(b) (the doubt per size)")
+    planned_r: list[float] = Field(description="the r the plan used (Thompson draw or bound)")
+    observations: list[ObservationStatus] = Field(default_factory=list, max_length=MAX_LISTED)
+    observations_total: int = 0
+    skipped: list[str] = Field(
+        default_factory=list, max_length=MAX_LISTED, description="'entry: why' for each entry"
+        " left out (corrupt, foreign, diverged, other weights)"
+    )
+
+
 class EfficiencyStatus(_Status):
     """Where the batch-size efficiency vector lives, and whether it came from the cache."""
 
     config_map: str
     key: str
     cached: bool
+    history: HistoryStatus | None = Field(
+        default=None, description="prior, observations and posterior (learnFromHistory)"
+    )
 
 
 class ProfileStatus(_Status):

@@ -62,6 +62,15 @@ def bench_paper(
     device: Annotated[
         str, typer.Option(help="Where estimates train: auto (CUDA when present), cpu, cuda:N.")
     ] = "auto",
+    reevaluate_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--reevaluate",
+            help="A recorded results JSON (e.g. docs/benchmarks/paper/cpu.json): recompute the"
+            " comparison from its measured N(b), no training; the run's fields stay the"
+            " recorded run's (with --config, only its `recurring` settings are used).",
+        ),
+    ] = None,
 ) -> None:
     """Time to accuracy of B1, B2, edgetrain and the oracle (real ML, simulated device)."""
     with exit_codes():
@@ -77,9 +86,24 @@ def bench_paper(
         resolve_device(device)  # a device not present here: exit 2 before any work
         config = config.model_copy(update={"device": device.strip().lower()})
         command = shlex.join(["edgetrain", *sys.argv[1:]])
-        # With --json, progress lines go to stderr so stdout stays one JSON document.
-        with Reporter(stream=sys.stderr if json_output else None) as reporter:
-            result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
+        if reevaluate_from is not None:
+            from edgetrain.api.errors import read_input_text
+            from edgetrain.bench.paper import PaperBenchSummary, reevaluate
+
+            text = read_input_text(reevaluate_from, hint="pass --reevaluate a results JSON")
+            recorded = PaperBenchSummary.model_validate_json(text)
+            if config_file is not None:
+                # Only what needs no training may change: the recurring column's settings.
+                recurring = config.recurring
+                recorded = recorded.model_copy(
+                    update={"config": recorded.config.model_copy(update={"recurring": recurring})}
+                )
+            result = reevaluate(recorded, command=command, jobs=jobs)
+            config = recorded.config
+        else:
+            # With --json, progress lines go to stderr so stdout stays one JSON document.
+            with Reporter(stream=sys.stderr if json_output else None) as reporter:
+                result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
         if output is None:
             output = Path("docs/benchmarks/paper") / f"{config.scale}.md"
         output.parent.mkdir(parents=True, exist_ok=True)

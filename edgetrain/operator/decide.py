@@ -36,6 +36,7 @@ from edgetrain.api.keys import (
 from edgetrain.api.profile import ProfilePoint, parse_profile_csv
 from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import Obj, now_rfc3339
+from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
 from edgetrain.operator.phases import apply_progress, infeasible_message, unix_seconds
@@ -384,6 +385,12 @@ class _Step:
             return
         efficiency = parse_efficiency_json(eff_data["efficiency.json"],
                                            status.efficiency.config_map)
+        # Recurring jobs: the proxy's r corrected by earlier jobs' observations (issue 30).
+        hist_cm = hist.history_configmap_name(hist.spec_history_key(spec))
+        efficiency, status.efficiency.history, skipped = hist.plan_input(
+            spec, efficiency, dict(world.configmaps.get(hist_cm, {})), world.name)
+        for warning in skipped:
+            self.event("Warning", "ObservationSkipped", warning)
         lost = frozenset(status.training.nodes_lost if status.training else [])
         cands = {c.device_model: c for c in ph.candidates(world.nodes, self.selector(), lost)}
         luts: dict[str, list[ProfilePoint]] = {}
@@ -496,6 +503,11 @@ class _Step:
             return
         if result is not None:
             apply_progress(training, result)
+        if outcome.state == "succeeded" or outcome.exit_code == ph.EXIT_BUDGET:
+            # Reached or not (then censored at the budget), it is what this b costs here.
+            reached = outcome.state == "succeeded"  # exit 0: the trainer reached the target
+            for action in hist.record_actions(spec, world.job, sel.batch_size, training, reached):
+                self.act(action)
         if outcome.state == "succeeded":
             self.go(Phase.succeeded, "TargetReached",
                     f"accuracy {training.accuracy or 0:.3f} after {training.samples} samples,"

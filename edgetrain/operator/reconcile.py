@@ -24,6 +24,7 @@ from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
+from edgetrain.operator.history import history_configmap_name, spec_history_key
 from edgetrain.operator.phases import NodeInfo, candidates
 from edgetrain.operator.settings import OperatorSettings
 
@@ -148,6 +149,8 @@ class Reconciler:
             names = [p.config_map for p in status.profiles]
             if status.efficiency is not None:
                 names.append(status.efficiency.config_map)
+            if spec.strategy.learn_from_history:
+                names.append(history_configmap_name(spec_history_key(spec)))
             configmaps.update(self._cache(indexes, ns, names, read_missing=True))
             # From the index's few entries (nodes that train), not a lookup per node of the fleet.
             load = dict(_retry(lambda: [(str(node), len(list(store)))

@@ -178,4 +178,36 @@ def write_report(outcome: RunOutcome, folder: Path) -> Path:
     ax.set_ylabel("board power (W)")
     ax.set_title(_title(f"power while training on {device}", sim))
     _save(fig, folder / "power-trace.png")
+    if outcome.history is not None:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        _history(ax, outcome)
+        _save(fig, folder / "history.png")
     return folder
+
+
+def _history(ax: Axes, outcome: RunOutcome) -> None:
+    """Prior r, posterior r (± 1 sd of log N) and planned r per batch size, and the observed N."""
+    h = outcome.history
+    assert h is not None
+    xs = np.arange(len(h.batch_sizes))
+    prior, post = np.asarray(h.prior_r), np.asarray(h.posterior_r)
+    sd = np.asarray(h.posterior_log_sd)
+    ax.plot(xs, prior, "o--", color="tab:gray", label="prior r (proxy)")
+    ax.errorbar(xs, post, yerr=[post - post * np.exp(-sd), post * np.exp(sd) - post],
+                fmt="o-", color="tab:blue", capsize=3, label="posterior r (± 1 sd)")
+    ax.plot(xs, h.planned_r, "*", color="tab:red", markersize=10, label=f"planned ({h.chooser})")
+    ax.set_xticks(xs, [str(b) for b in h.batch_sizes])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("r = samples to accuracy / max")
+    if h.observations:
+        twin = ax.twinx()
+        index = {b: i for i, b in enumerate(h.batch_sizes)}
+        seen = [(index[o.batch_size], o.samples) for o in h.observations if o.batch_size in index]
+        if seen:
+            twin.plot(*zip(*seen, strict=True), "x", color="black", label="observed N")
+        twin.set_ylabel("observed samples to target")
+        twin.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(
+        f"learned from {h.observations_total} earlier job(s) on {outcome.spec.dataset.name}"
+    )

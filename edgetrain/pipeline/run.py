@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from edgetrain.api.efficiency import EfficiencyVector, read_efficiency, write_ef
 from edgetrain.api.errors import BadInputError
 from edgetrain.api.io import file_sha256
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key, profile_cache_key
+from edgetrain.api.job_status import HistoryStatus
 from edgetrain.api.plan import PlanResult
 from edgetrain.api.profile import (
     ProfileMetadata,
@@ -28,6 +30,7 @@ from edgetrain.api.workload_spec import estimate_spec, profile_spec, train_spec
 from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
+from edgetrain.pipeline.history import observation_of, plan_input, record
 from edgetrain.pipeline.validate import validate_job
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
@@ -69,6 +72,8 @@ class RunOutcome(BaseModel):
     # (device seconds since training start, mean board W over the minibatches ending then):
     # on the device's clock, so a twin's trace reads like a real board's.
     power_trace: list[tuple[float, float]]
+    history: HistoryStatus | None = None  # prior, observations, posterior (learnFromHistory)
+    observation: str | None = None  # where this run's own observation was recorded
 
 
 def resolve_weights(spec: PowerAwareTrainingJobSpec, reporter: Reporter | None) -> Path | None:
@@ -145,6 +150,11 @@ def _profile_phase(
     return run.points, run.metadata, record
 
 
+def _run_id() -> str:
+    """A name of its own for each run's observation (reused workdirs must not overwrite)."""
+    return f"run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
 def run_job(
     spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None
 ) -> RunOutcome:
@@ -157,13 +167,15 @@ def run_job(
     efficiency, eff_phase = _estimate_phase(spec, weights, reporter)
     if reporter:
         reporter.event("efficiency", cached=eff_phase.cached, **efficiency.model_dump())
+    weights_sha = file_sha256(weights) if weights else None
+    planning, history = plan_input(spec, efficiency, weights_sha, reporter)
     # The target set, loaded once: profiling and training both run on it.
     task = load_task(spec.dataset.name, spec.dataset.limit)
     with open_device(spec.placement.device, workdir) as session:
         points, meta, prof_phase = _profile_phase(spec, session, task, reporter)
         result = make_plan(
             Lut.from_points(points),
-            efficiency,
+            planning,
             spec.power_limit_w,
             metric=spec.strategy.power_metric,
             objective=spec.strategy.objective,
@@ -195,6 +207,10 @@ def run_job(
                 task=task,
             )
             ended = time.monotonic()
+    # Every finished training teaches the next job with the same model, target set and target.
+    observed = record(
+        observation_of(spec, result.batch_size, training, weights_sha, _run_id())
+    )
     return RunOutcome(
         spec=spec,
         device_model=session.board_name,
@@ -210,4 +226,6 @@ def run_job(
         precision=training.precision,
         training_wall_s=ended - started,
         power_trace=meter.power_trace(),
+        history=history,
+        observation=str(observed),
     )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from edgetrain.api import EfficiencyVector
+from edgetrain.api.history import EfficiencyObservation
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import (
     EfficiencyStatus,
@@ -23,6 +24,7 @@ from edgetrain.api.job_status import (
 )
 from edgetrain.api.profile import format_profile_csv
 from edgetrain.operator import decide as dc
+from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.phases import NodeInfo
@@ -101,6 +103,28 @@ CACHE = {EFF_CM: {"efficiency.json": EFF_JSON}, PROF_CM: {"profile.csv": PROF_CS
 TRAINING = dict(efficiency=EFF, profiles=[PROF], selection=SEL)
 RUNNING = TrainingStatus(job="j-train-1", node="n1", attempt=1,
                          checkpoint_dir="/ckpt/ns/j-01234567/run1-b64")
+
+
+HIST_KEY = hist.spec_history_key(SPEC)
+HIST_CM = hist.history_configmap_name(HIST_KEY)
+OPTED_OUT = SPEC.model_copy(
+    update={"strategy": SPEC.strategy.model_copy(update={"learn_from_history": False})})
+
+
+def observation(batch_size: int, samples: float) -> str:
+    return EfficiencyObservation(
+        key=HIST_KEY, model="resnet8-w025", dataset="digits", target_accuracy=0.87,
+        batch_size=batch_size, samples_to_accuracy=samples, reached_target=True,
+        weights=mf.weights_identity(SPEC), seed=0, job="ns.earlier.01234567",
+    ).model_dump_json()
+
+
+def recorded(d: wd.Decision) -> tuple[int, float, bool]:
+    """The observation the decision patches into the history ConfigMap."""
+    patch = next(a for a in d.actions if isinstance(a, wd.Patch) and a.name == HIST_CM)
+    (entry,) = patch.body["data"].values()
+    seen = EfficiencyObservation.model_validate_json(entry)
+    return seen.batch_size, seen.samples_to_accuracy, seen.reached_target
 
 
 def progress(samples: int, accuracy: float) -> dict[str, str]:
@@ -279,6 +303,22 @@ ROWS = [
         "Planned", lambda d: d.status.selection is not None
         and (d.status.selection.batch_size, d.status.selection.gpu_frequency_hz)
         == (64, 460_800_000)),
+    Row("selecting: earlier jobs' observations correct r; a corrupt one is skipped and named",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps={**CACHE, HIST_CM: {
+            "a.json": observation(128, 30_000.0), "b.json": "{broken"}}),
+        Phase.training, ["event ObservationSkipped", "event Planned"], "Planned",
+        lambda d: d.status.efficiency is not None and d.status.efficiency.history is not None
+        and d.status.efficiency.history.observations_total == 1
+        and d.status.efficiency.history.observations[0].batch_size == 128
+        and d.status.efficiency.history.posterior_r != d.status.efficiency.history.prior_r
+        and d.status.efficiency.history.skipped[0].startswith("b.json")),
+    Row("selecting: opted out of learning: the proxy's r, no history in status",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps={**CACHE, HIST_CM: {"b.json": "{broken"}}),
+        Phase.training, ["event Planned"], "Planned",
+        lambda d: d.status.efficiency is not None and d.status.efficiency.history is None,
+        spec=OPTED_OUT),
     Row("selecting: an idle node is preferred over a busy one",
         status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
         world(nodes=(node("n1"), node("n2")), configmaps=CACHE, training_load={"n1": 1}),
@@ -324,14 +364,27 @@ ROWS = [
         status(Phase.training, training=RUNNING, **TRAINING),
         world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")},
               configmaps={PROGRESS_CM: {RESULT_KEY: progress(4096, 0.9)[PROGRESS_KEY]}}),
-        Phase.succeeded, ["event TargetReached"], "TargetReached",
-        lambda d: "simulated" in d.status.message and d.status.finished_at is not None),
+        Phase.succeeded, [f"create configmaps {HIST_CM}", f"patch configmaps {HIST_CM}",
+                          "event TargetReached"], "TargetReached",
+        lambda d: "simulated" in d.status.message and d.status.finished_at is not None
+        and recorded(d) == (64, 4096.0, True)),
+    Row("training: opted out of learning, the Job succeeded: nothing recorded",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")},
+              configmaps={PROGRESS_CM: {RESULT_KEY: progress(4096, 0.9)[PROGRESS_KEY]}}),
+        Phase.succeeded, ["event TargetReached"], "TargetReached", spec=OPTED_OUT),
+    Row("training: a re-plan changed b (samples carried over): nothing recorded",
+        status(Phase.training, training=RUNNING.model_copy(update={"carried_samples": 512}),
+               **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")}),
+        Phase.succeeded, ["event TargetReached"], "TargetReached"),
     Row("training: the sample budget ran out (exit 4): not retried, says what to raise",
         status(Phase.training, training=RUNNING, **TRAINING),
         world(nodes=(node("n1"),), jobs={"j-train-1": job("failed")},
               pods=(pod("j-train-1", 4),)),
-        Phase.failed, ["event BudgetExhausted"], "BudgetExhausted",
-        lambda d: "spec.budget.trainSamples" in d.status.message),
+        Phase.failed, [f"create configmaps {HIST_CM}", f"patch configmaps {HIST_CM}",
+                       "event BudgetExhausted"], "BudgetExhausted",
+        lambda d: "spec.budget.trainSamples" in d.status.message and recorded(d)[2] is False),
     Row("training: a crash is retried with a new Job",
         status(Phase.training, training=RUNNING, **TRAINING),
         world(nodes=(node("n1"),), jobs={"j-train-1": job("failed")},

@@ -163,7 +163,7 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert err.value.code == 422 and "immutable once the job has started" in err.value.message
     obj = wait_phase(kube, namespace, first, DONE, 420, operator)
     first_s = time.monotonic() - started
-    status = obj["status"]
+    status = first_status = obj["status"]
     assert status["phase"] == "Succeeded", status
     assert status["observedGeneration"] == 1
     assert status["efficiency"]["cached"] is False
@@ -205,6 +205,26 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert status["efficiency"]["cached"] is True
     assert [p["cached"] for p in status["profiles"]] == [True]
     assert _jobs(kube, namespace, "estimate", second) == []
+    # Recurring jobs (issue 30): the first job's finished training is an observation in the
+    # history ConfigMap, and the second plan learned from it.
+    first_history = first_status["efficiency"]["history"]
+    assert first_history["observationsTotal"] == 0
+    assert first_history["plannedR"] == pytest.approx(first_history["priorR"])
+    history = status["efficiency"]["history"]
+    assert history["observationsTotal"] == 1
+    (seen,) = history["observations"]
+    assert seen["job"].startswith(f"{namespace}.{first}.")
+    assert (seen["batchSize"], seen["samples"]) == (sel["batchSize"], training["samples"])
+    # The observation narrowed the doubt where it was made, and the plan's r is no longer the
+    # prior's: the size not yet tried gets the bound's optimism (here proxy and target are the
+    # same set, so the posterior mean may well equal the prior: the observation agreed with it).
+    i = history["batchSizes"].index(seen["batchSize"])
+    assert history["posteriorLogSd"][i] < first_history["posteriorLogSd"][i]
+    assert history["plannedR"] != pytest.approx(history["priorR"])
+    # The second job's observation joins the first's (a merge patch of its own key).
+    kube.wait_for(api_path("v1", "configmaps", namespace, history["configMap"]),
+                  lambda o: len(o.get("data") or {}) >= 2, timeout_s=60, interval_s=0.5,
+                  what="both observations in the history ConfigMap")
     print(f"\nfirst job {first_s:.1f} s, cached second job {second_s:.1f} s,"
           f" operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
 

@@ -100,11 +100,32 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     assert trace_t[-1] == pytest.approx(outcome.training.usage.device_time_s, rel=1e-6)
     assert all(p > 0 for _, p in outcome.power_trace)
 
+    # The first run had nothing to learn from: it planned from the proxy's r.
+    assert outcome.history is not None and outcome.history.observations_total == 0
+    assert outcome.history.planned_r == pytest.approx(outcome.history.prior_r)
+    assert outcome.observation and Path(outcome.observation).is_file()
+
     second = _run(job, tmp_path, tmp_path / "r2", cache=shared_cache)
     assert second.returncode == 0, second.stderr
     again = RunOutcome.model_validate_json((tmp_path / "r2" / "report.json").read_text())
     assert again.efficiency_phase.cached and again.profile_phase.cached
-    assert (again.plan.batch_size, again.plan.gpu_freq_hz) == (
+    # The second run learned from the first's observation (recurring jobs, issue 30).
+    history = again.history
+    assert history is not None and history.observations_total == 1
+    seen = history.observations[0]
+    assert (seen.batch_size, seen.samples) == (outcome.plan.batch_size, outcome.training.samples)
+    assert history.posterior_r != pytest.approx(history.prior_r)
+    i = history.batch_sizes.index(again.plan.batch_size)
+    assert again.plan.r == pytest.approx(history.planned_r[i])
+    assert (tmp_path / "r2" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Opted out, a job plans from the proxy's r as before: the first run's plan, from the cache.
+    job.write_text(JOB + "  strategy: {learnFromHistory: false}\n")
+    third = _run(job, tmp_path, tmp_path / "r3", cache=shared_cache)
+    assert third.returncode == 0, third.stderr
+    opted_out = RunOutcome.model_validate_json((tmp_path / "r3" / "report.json").read_text())
+    assert opted_out.history is None and opted_out.profile_phase.cached
+    assert (opted_out.plan.batch_size, opted_out.plan.gpu_freq_hz) == (
         outcome.plan.batch_size,
         outcome.plan.gpu_freq_hz,
     )

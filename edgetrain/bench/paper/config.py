@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgetrain.api.enums import StrEnum
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import OptimizerName, OptimizerSpec
+from edgetrain.planner.history import Chooser, HistoryPrior
 from edgetrain.workloads import workload_cost
 
 MHZ = 1_000_000
@@ -113,6 +114,29 @@ class PredictedProfiling(BaseModel):
     epochs: Annotated[int, Field(ge=1)] = 100  # ProfileSpec.predict_epochs
 
 
+class RecurringConfig(BaseModel):
+    """The recurring column (issue 30): jobs per sequence and how each chooses its r."""
+
+    model_config = ConfigDict(frozen=True)
+
+    jobs: Annotated[int, Field(ge=1)] = 5
+    chooser: Chooser = Chooser.lcb
+    kappa: Annotated[float, Field(ge=0)] = 0.5  # the LCB's width, in sd of the relative log N
+    scale_sd: Annotated[float, Field(gt=0)] = HistoryPrior.scale_sd
+    slope_sd: Annotated[float, Field(gt=0)] = HistoryPrior.slope_sd
+    size_sd: Annotated[float, Field(gt=0)] = HistoryPrior.size_sd
+    noise_sd: Annotated[float, Field(gt=0)] = HistoryPrior.noise_sd
+
+    def prior(self) -> HistoryPrior:
+        """The posterior model's prior."""
+        return HistoryPrior(
+            scale_sd=self.scale_sd,
+            slope_sd=self.slope_sd,
+            size_sd=self.size_sd,
+            noise_sd=self.noise_sd,
+        )
+
+
 class BenchConfig(BaseModel):
     """Everything one `bench paper` run computes."""
 
@@ -126,6 +150,7 @@ class BenchConfig(BaseModel):
     profiling: ProfilingCost = ProfilingCost()
     predicted: PredictedProfiling = PredictedProfiling()
     device: str = "auto"  # where estimates train; not in their cache key (r is device-free)
+    recurring: RecurringConfig = RecurringConfig()
 
 
 def scaled_limit_w(

@@ -14,7 +14,13 @@ from edgetrain.bench.paper.arithmetic import Stat, mean_std, ratio
 from edgetrain.bench.paper.config import BenchConfig
 from edgetrain.bench.paper.evaluate import over_limit_w
 from edgetrain.bench.paper.profiles import PredictionFit
-from edgetrain.bench.paper.results import BoardRatios, CaseOutcome, ChoiceOutcome, Headline
+from edgetrain.bench.paper.results import (
+    BoardRatios,
+    CaseOutcome,
+    ChoiceOutcome,
+    Headline,
+    RecurringJob,
+)
 
 #: The goals of issue 18 for the predicted profile (PowerTrain's accuracy, and a safe plan).
 GOAL_POWER_MAPE_PCT = 4.0
@@ -101,9 +107,16 @@ def _penalty_pct(c: CaseOutcome) -> float | None:
 
 
 def headline(
-    config: BenchConfig, cases: Sequence[CaseOutcome], fits: Sequence[PredictionFit]
+    config: BenchConfig,
+    cases: Sequence[CaseOutcome],
+    fits: Sequence[PredictionFit],
+    recurring: Sequence[RecurringJob] = (),
 ) -> Headline:
-    """The headline over the main-table cases and the predicted profiles' fits."""
+    """The headline over the main-table cases, the predicted profiles' fits and the recurring
+    sequences."""
+    from edgetrain.bench.paper.recurring import informed_stat, recurring_goals, recurring_stats
+
+    per_k = recurring_stats(recurring)
     main = main_cases(config, cases)
     metric: PowerMetric = config.power_metric
     overhead: dict[str, CaseValue] = {
@@ -148,5 +161,8 @@ def headline(
             "time MAPE ≤ 8 %": _at_most(time_stat, GOAL_TIME_MAPE_PCT),
             "TTA penalty ≤ 1 %": _at_most(penalty, GOAL_PENALTY_PCT),
             "no choice above limit + 1 W": over_1w == 0,
+            **(recurring_goals(per_k) if per_k else {}),
         },
+        recurring_over_oracle=per_k,
+        recurring_informed=informed_stat(recurring) if recurring else None,
     )

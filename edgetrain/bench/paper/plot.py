@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from edgetrain.bench.paper.arithmetic import Stat
 from edgetrain.bench.paper.headline import per_seed
 from edgetrain.bench.paper.results import CaseOutcome, ChoiceOutcome, PaperBenchResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 #: Methods in the figure, by their field on CaseOutcome.
 METHODS: tuple[tuple[str, str], ...] = (
@@ -38,8 +43,12 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
 
     cfg = result.config
     main = main_cases(cfg, result.cases)
-    fig, axes = plt.subplots(1, len(cfg.boards), figsize=(4.2 * len(cfg.boards), 3.6), sharey=True)
-    axes_list = list(axes) if len(cfg.boards) > 1 else [axes]
+    per_k = result.headline.recurring_over_oracle if result.headline else []
+    panels = len(cfg.boards) + (1 if per_k else 0)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    axes_list = list(axes[0][: len(cfg.boards)])
+    for ax in axes_list[1:]:
+        ax.sharey(axes_list[0])
     width = 0.8 / len(METHODS)
     for ax, board in zip(axes_list, cfg.boards, strict=True):
         limits = board.power_limits_w
@@ -59,6 +68,8 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
         ax.set_title(f"{board.board} (twin)")
         ax.set_xlabel("power limit")
     axes_list[0].set_ylabel("time to accuracy / oracle's")
+    if per_k:
+        _recurring_panel(axes[0][-1], result)
     handles, labels = axes_list[0].get_legend_handles_labels()
     # Below the panels: inside one, the legend hides the bars of its tallest limit.
     fig.legend(handles, labels, loc="lower center", ncol=len(METHODS), fontsize=7, frameon=False)
@@ -71,3 +82,41 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _recurring_panel(ax: Axes, result: PaperBenchResult) -> None:
+    """edgetrain/oracle per job k of the recurring sequences, with and without learning."""
+    assert result.headline is not None
+    per_k = result.headline.recurring_over_oracle
+    ks = [s.k for s in per_k]
+
+    def series(stats: list[Stat | None]) -> tuple[list[float], list[float]]:
+        means = [s.mean if s and s.mean is not None else float("nan") for s in stats]
+        halves = [
+            (s.ci95[1] - s.mean) if s and s.ci95 and s.mean is not None else 0.0 for s in stats
+        ]
+        return means, halves
+
+    learned: list[Stat | None] = [Stat(mean=s.mean, std=s.std, n=s.n, ci95=s.ci95) for s in per_k]
+    static: list[Stat | None] = [s.static for s in per_k]
+    for offset, (label, stats) in enumerate(
+        (("learning (posterior r)", learned), ("without learning", static))
+    ):
+        means, halves = series(stats)
+        ax.errorbar(
+            [k + 0.08 * offset for k in ks], means, yerr=halves, capsize=3, marker="o", label=label
+        )
+    informed = result.headline.recurring_informed
+    if informed is not None and informed.mean is not None:
+        ax.axhline(
+            informed.mean,
+            color="grey",
+            linestyle="--",
+            linewidth=0.8,
+            label="floor: all other seeds' N(b)",
+        )
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(ks)
+    ax.set_xlabel("job k of a recurring sequence")
+    ax.set_title("recurring jobs, all cells (twin)")
+    ax.legend(fontsize=7, frameon=False)

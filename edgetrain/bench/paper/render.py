@@ -9,6 +9,7 @@ from edgetrain.bench.paper.render_tables import (
     headline_lines,
     main_table_lines,
     prediction_lines,
+    recurring_lines,
 )
 from edgetrain.bench.paper.results import PaperBenchSummary
 
@@ -30,6 +31,14 @@ def render_markdown(result: PaperBenchSummary) -> str:
         f"- date: {result.date}; wall time {result.wall_s:.0f} s (real training"
         f" {result.training_wall_s:.0f} s; {result.estimates_run} estimates trained,"
         f" {result.estimates_cached} from cache)",
+        *(
+            [
+                f"- re-evaluated {result.reevaluated}: the tables below are computed from this"
+                " run's measured N(b)"
+            ]
+            if result.reevaluated
+            else []
+        ),
         f"- scale: {cfg.scale}; seeds: {', '.join(str(s) for s in result.seeds)};"
         f" power metric: {cfg.power_metric.value}",
         "",
@@ -99,6 +108,7 @@ def render_markdown(result: PaperBenchSummary) -> str:
 
     if result.headline is not None:
         lines += headline_lines(result)
+        lines += recurring_lines(result)
     lines += main_table_lines(result)
     lines += prediction_lines(result)
 

@@ -164,3 +164,73 @@ def prediction_lines(result: PaperBenchSummary) -> list[str]:
             f" {fmt_stat(margin, 1)} | {statistics.fmean(f.device_s for f in fits):.0f} |"
         )
     return lines
+
+
+def recurring_lines(result: PaperBenchSummary) -> list[str]:
+    """The recurring column: edgetrain/oracle per job k, beside the plan without learning."""
+    h = result.headline
+    if h is None or not h.recurring_over_oracle:
+        return []
+    rc = result.config.recurring
+    by_k = {s.k: s for s in h.recurring_over_oracle}
+    first = by_k[1].mean
+    lines = [
+        "",
+        "## Recurring jobs (issue 30; simulated device)",
+        "",
+        f"Each main-table cell, board and limit runs {rc.jobs} jobs in a row, once per seed j:"
+        " job k plans from the cached proxy r and frontier profile of seed j and from the"
+        " observations of jobs 1 … k−1 (each the measured N on the target set at the batch size"
+        " that job ran, and nothing else), and is judged on a seed of its own"
+        " (`seeds[(j + k − 1) mod n]`), never one it learned from. Posterior r: the proxy's r"
+        " corrected in log b (docs/planner.md);"
+        f" chooser {rc.chooser.value}"
+        + (f" (κ = {rc.kappa:g})" if rc.chooser.value == "lcb" else "")
+        + f"; prior sds: scale {rc.scale_sd:g}, slope {rc.slope_sd:g} per doubling, per size"
+        f" {rc.size_sd:g}, noise {rc.noise_sd:g}. 'without learning': job 1's plan judged on"
+        " job k's seed; 'gain': without − with, paired per job; regret: Σ over jobs 1 … k of"
+        " (TTA / oracle − 1), in oracle trainings, mean over cells and sequences.",
+        "",
+        "| job k | edgetrain/oracle [95 % CI] | without learning | gain | cumulative regret |"
+        " vs job 1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in h.recurring_over_oracle:
+        stat = Stat(mean=s.mean, std=s.std, n=s.n, missing=s.missing, ci95=s.ci95)
+        versus = "—" if s.mean is None or first is None else f"{100 * (s.mean / first - 1):+.1f} %"
+        lines.append(
+            f"| {s.k} | {fmt_ci(stat)} | {fmt_ci(s.static) if s.static else '—'} |"
+            f" {fmt_ci(s.gain) if s.gain else '—'} |"
+            f" {'—' if s.cumulative_regret is None else f'{s.cumulative_regret:.3f}'} | {versus} |"
+        )
+    if h.recurring_informed is not None:
+        lines += [
+            "",
+            f"Floor: planned from the mean of every *other* seed's whole N_target(b) (what"
+            f" unlimited history could at best know), edgetrain/oracle is"
+            f" {fmt_ci(h.recurring_informed)}: the judged seed's own noise in N(b) is what stays.",
+        ]
+    met = {True: "met", False: "**missed**"}
+    lines += [""] + [
+        f"- goal {name}: {met[ok]}" for name, ok in h.goals.items() if name.startswith("recurring")
+    ]
+    workloads = sorted({j.workload for j in result.recurring})
+    if workloads:
+        lines += [
+            "",
+            "By model (mean edgetrain/oracle over its cells, per job k):",
+            "",
+            "| model | " + " | ".join(f"k = {s.k}" for s in h.recurring_over_oracle) + " |",
+            "|---|" + "---|" * len(h.recurring_over_oracle),
+        ]
+        for wl in workloads:
+            cells = []
+            for s in h.recurring_over_oracle:
+                vals = [
+                    j.over_oracle
+                    for j in result.recurring
+                    if j.workload == wl and j.k == s.k and j.over_oracle is not None
+                ]
+                cells.append(f"{statistics.fmean(vals):.3f}" if vals else "—")
+            lines.append(f"| {wl} | " + " | ".join(cells) + " |")
+    return lines

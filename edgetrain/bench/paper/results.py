@@ -145,6 +145,45 @@ class EstimateRecord(BaseModel):
         )
 
 
+class RecurringJob(BaseModel):
+    """Job k of one sequence: what it chose, what it observed, how it did (simulated device)."""
+
+    workload: str
+    target: str
+    board: str
+    power_limit_w: float | None
+    sequence: int = Field(description="the seed of the caches (proxy r, profile) it plans from")
+    k: int
+    seed: int = Field(description="the seed it is judged on (its own training)")
+    batch_size: int | None
+    gpu_freq_hz: int | None
+    observed_samples: float | None = Field(description="N at its batch size; None: missed")
+    over_oracle: float | None
+    static_over_oracle: float | None = Field(description="job 1's plan judged on this seed")
+    informed_over_oracle: float | None = Field(
+        description="planned with every other seed's whole N_target(b) (leave-one-out mean)"
+    )
+    simulated: bool = True
+
+
+class RecurringStat(BaseModel):
+    """edgetrain/oracle at job k over the judged seeds (per-seed mean over the cells)."""
+
+    k: int
+    mean: float | None
+    ci95: tuple[float, float] | None
+    std: float | None = None
+    n: int = 0
+    missing: int = 0
+    static: Stat | None = Field(default=None, description="without learning: job 1's plan")
+    gain: Stat | None = Field(
+        default=None, description="static − learned, paired per job (> 0: learning helped)"
+    )
+    cumulative_regret: float | None = Field(
+        default=None, description="Σ over jobs 1 … k of (TTA / oracle TTA − 1), mean over cells"
+    )
+
+
 class BoardRatios(BaseModel):
     """One board (and model, or all models) at one limit: ratios pooled over its targets."""
 
@@ -182,6 +221,12 @@ class Headline(BaseModel):
     predicted_over_limit_1w: int
     edgetrain_over_limit_1w: int
     goals: dict[str, bool]
+    recurring_over_oracle: list[RecurringStat] = Field(
+        default_factory=list, description="the recurring column: edgetrain/oracle per job k"
+    )
+    recurring_informed: Stat | None = Field(
+        default=None, description="the floor: planned from every other seed's whole N_target(b)"
+    )
     simulated: Literal[True] = True
 
 
@@ -201,6 +246,14 @@ class PaperBenchSummary(BaseModel):
     sensitivity: list[SensitivityCell]
     predictions: list[PredictionFit] = Field(default_factory=list)
     headline: Headline | None = None
+    recurring: list[RecurringJob] = Field(
+        default_factory=list, description="every job of every recurring sequence"
+    )
+    reevaluated: str | None = Field(
+        default=None,
+        description="when and how the comparison was recomputed from the recorded estimates"
+        " (no training); the run fields above are the recorded run's",
+    )
     simulated: Literal[True] = True
 
 
