@@ -21,8 +21,6 @@ TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 # On a job the budget covers: its share, written by the operator's budget loop (JSON:
 # {"budget": name, "watts": W or null, "reason": why it waits}).
 ANNOTATION_POWER_ALLOCATION = "edgetrain.io/power-allocation"
-# On a Node: its measured idle draw (W); else the device model's known idle draw is used.
-ANNOTATION_IDLE_POWER_WATTS = "edgetrain.io/idle-power-watts"
 
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=LABEL_VALUE_MAX)]

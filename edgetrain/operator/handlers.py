@@ -161,6 +161,7 @@ def _indexes(kwargs: dict[str, Any]) -> Indexes:
         cache=kwargs.get("edgetrain_cache", {}),
         estimators=kwargs.get("edgetrain_estimators", {}),
         profilers=kwargs.get("edgetrain_profilers", {}),
+        budgets=kwargs.get("edgetrain_budgets", {}),
     )
 
 

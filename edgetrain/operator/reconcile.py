@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
@@ -48,6 +49,8 @@ class Indexes:
     # (ns, cache key) → another job's estimate Job / profiling DaemonSet still making it
     estimators: IndexView[wd.Producer] = field(default_factory=dict)
     profilers: IndexView[wd.Producer] = field(default_factory=dict)
+    # PowerBudget name → its node selector
+    budgets: IndexView[LabelSelector] = field(default_factory=dict)
 
 
 def _values(index: IndexView[V], key: Any) -> list[V]:
@@ -106,6 +109,12 @@ class Reconciler:
             nodes = self.fleet(indexes)
         elif phase is Phase.training and status.selection is not None:
             nodes = tuple(_values(indexes.nodes, status.selection.node))
+        elif phase is Phase.waiting_for_power and status.power_share is not None:
+            nodes = tuple(_values(indexes.nodes, status.power_share.node))
+        budgets: dict[str, LabelSelector] = {}
+        if phase in (Phase.selecting, Phase.waiting_for_power, Phase.training):
+            budgets = dict(_retry(lambda: [(str(name), sel) for name, store in
+                                           list(indexes.budgets.items()) for sel in store]))
         configmaps: dict[str, Mapping[str, str]] = {}
         producers: dict[str, tuple[wd.Producer, ...]] = {}
         jobs: dict[str, Obj] = {}
@@ -166,7 +175,8 @@ class Reconciler:
                                 .values())
         return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
-                        pods=tuple(pods), producers=producers, worker_identity=worker_identity)
+                        pods=tuple(pods), producers=producers, worker_identity=worker_identity,
+                        budgets=budgets)
 
     def fleet(self, indexes: Indexes) -> tuple[NodeInfo, ...]:
         """The Jetson nodes from the index, as one snapshot shared by the reconciles of the next

@@ -1,0 +1,253 @@
+"""A PowerBudget's reconcile as a pure function: `decide_budget(...) → (status, grants, events)`.
+
+The jobs are the site's jobs that asked for a share (`status.powerShare`); the allocator
+(`planner/budget.py`) splits the cap now (the schedule applied) among them. Grants are written as
+an annotation on each job, which re-plans through the limit-change path. Changes land in the
+allocator's stages: lowered grants at once; raised and new grants only once every job runs a
+plan within its grant, and only if the site's committed draw then stays within the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from edgetrain.api.budget import (
+    BudgetAllocationStatus,
+    LabelSelector,
+    PowerBudgetSpec,
+    PowerBudgetStatus,
+    allocation_annotation,
+    parse_allocation,
+)
+from edgetrain.api.job_status import Condition, Phase
+from edgetrain.kube import now_rfc3339
+from edgetrain.operator.phases import NodeInfo
+from edgetrain.planner.budget import (
+    EPS_W,
+    JobOptions,
+    SitePlan,
+    allocate,
+    site_draw_w,
+    transition_steps,
+)
+
+
+@dataclass(frozen=True)
+class BudgetJob:
+    """What the budget sees of one job that asked for a share."""
+
+    namespace: str
+    name: str
+    phase: Phase
+    node: str
+    own_limit_w: float
+    created: str  # creationTimestamp: arrival order
+    annotation: str | None  # the job's allocation annotation as it stands
+    # While it trains: the limit its running plan was made for, and that plan's draw.
+    running_limit_w: float | None = None
+    running_power_w: float | None = None
+    options: JobOptions | None = None  # None: its profile or efficiency is unreadable
+
+    @property
+    def key(self) -> str:
+        """namespace/name."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class GrantWrite:
+    """Set a job's allocation annotation to `text`."""
+
+    namespace: str
+    name: str
+    text: str
+
+
+@dataclass
+class BudgetDecision:
+    """The budget's new status, the annotations to write, and Events (type, reason, message)."""
+
+    status: PowerBudgetStatus
+    writes: list[GrantWrite] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _grant(job: BudgetJob, budget: str) -> float | None:
+    share = parse_allocation(job.annotation)
+    return share[1] if share is not None and share[0] == budget else None
+
+
+def committed_w(job: BudgetJob, grant: float | None) -> float | None:
+    """What the job may draw now: its grant, or its running plan's draw while that plan was
+    made for a higher limit than the grant (it has not re-planned yet)."""
+    if (job.phase is Phase.training and job.running_limit_w is not None
+            and job.running_power_w is not None
+            and (grant is None or job.running_limit_w > grant + EPS_W)):
+        return max(job.running_power_w, grant or 0.0)
+    return grant
+
+
+def problems(name: str, site: Sequence[NodeInfo], cap_w: float, idle_w: float,
+             others: Mapping[str, LabelSelector]) -> list[tuple[str, str]]:
+    """What needs several objects to see: (reason, message) per problem."""
+    out: list[tuple[str, str]] = []
+    for node in site:
+        shared = sorted(b for b, sel in others.items() if b != name and sel.matches(node.label_map))
+        if shared:
+            out.append(("OverlappingBudgets",
+                        f"node {node.name} is also under PowerBudget {', '.join(shared)}; a node"
+                        " may belong to one budget only: narrow the nodeSelectors"))
+            break
+    if site and cap_w < idle_w - EPS_W:
+        out.append(("CapBelowIdle",
+                    f"the cap {cap_w:g} W is below the idle draw of the site's {len(site)}"
+                    f" node(s), {idle_w:.2f} W; raise capWatts (or the schedule step) or select"
+                    " fewer nodes"))
+    if not site:
+        out.append(("NoNodes", "the nodeSelector matches no Jetson node"))
+    return out
+
+
+def decide_budget(
+    name: str,
+    spec: PowerBudgetSpec,
+    previous: PowerBudgetStatus,
+    *,
+    generation: int | None,
+    seconds_of_day: float,
+    nodes: Sequence[NodeInfo],
+    node_idle_w: Mapping[str, float],
+    others: Mapping[str, LabelSelector],
+    jobs: Sequence[BudgetJob],
+) -> BudgetDecision:
+    """One step of the budget (see the module docstring)."""
+    site = [n for n in nodes if spec.node_selector.matches(n.label_map)]
+    idle = {n.name: node_idle_w.get(n.name, 0.0) for n in site}
+    cap = spec.cap_at(seconds_of_day)
+    here = [j for j in jobs if j.node in idle and not j.phase.final]
+    current = {j.key: _grant(j, name) for j in here}
+    node_of = {j.key: j.node for j in here}
+    status = PowerBudgetStatus(cap_watts=cap, nodes=sorted(idle), observed_generation=generation)
+    out = BudgetDecision(status)
+    trouble = problems(name, site, cap, sum(idle.values()), others)
+    texts = {j.key: j.annotation for j in here}
+    reasons: dict[str, str] = {}
+    plan: SitePlan | None = None
+    if trouble:
+        target = dict(current)  # nothing new is planned under a budget with a problem
+        for j in here:
+            if current[j.key] is None:
+                reasons[j.key] = f"PowerBudget {name}: {trouble[0][1]}"
+    else:
+        opts = []
+        for j in here:
+            if j.options is None:
+                reasons[j.key] = "its profile or efficiency vector is not readable yet"
+                continue
+            o = j.options
+            opts.append(JobOptions(j.key, o.power_w, o.seconds, limit_w=j.own_limit_w,
+                                   node=j.node, running=current[j.key] is not None,
+                                   order=_order(j.created), labels=o.labels))
+        plan = allocate(opts, cap, idle, objective=spec.objective)
+        target = {**{k: None for k in reasons}, **plan.grants()}
+        for a in plan.allocations:
+            if a.waiting:
+                reasons[a.job] = a.reason
+    grants, why = next_grants(here, current, target, cap, idle)
+    if why:
+        out.status.message = why
+    for j in here:
+        text = allocation_annotation(name, grants[j.key],
+                                     reasons.get(j.key, "") if grants[j.key] is None else "")
+        if text != texts[j.key]:
+            out.writes.append(GrantWrite(j.namespace, j.name, text))
+    by_key = {j.key: j for j in here}
+    committed = {k: committed_w(by_key[k], w) for k, w in grants.items()}
+    status.idle_watts = round(sum(w for n, w in idle.items()
+                                  if n not in {node_of[k] for k, v in committed.items()
+                                               if v is not None}), 3)
+    status.planned_watts = round(site_draw_w(committed, node_of, idle), 3)
+    status.jobs = sum(1 for w in grants.values() if w is not None)
+    status.waiting = len(here) - status.jobs
+    allocs = plan.by_job() if plan is not None else {}
+    for j in here:
+        share = allocs.get(j.key)
+        label = (j.options.labels[share.point] if j.options is not None and share is not None
+                 and share.point is not None and j.options.labels else None)
+        status.allocations.append(BudgetAllocationStatus(
+            namespace=j.namespace, name=j.name, node=j.node, watts=grants[j.key],
+            batch_size=label[0] if label and grants[j.key] is not None else None,
+            gpu_frequency_hz=label[1] if label and grants[j.key] is not None else None,
+            predicted_seconds=(share.seconds if share is not None and grants[j.key] is not None
+                               else None),
+            message=reasons.get(j.key, "") if grants[j.key] is None else _pending(
+                j, grants[j.key], target.get(j.key))))
+    _conditions(out, previous, trouble)
+    if out.writes:
+        summary = ", ".join(f"{k}={'wait' if w is None else f'{w:.2f} W'}"
+                            for k, w in sorted(grants.items()))
+        out.events.append(("Normal", "Allocated",
+                           f"cap {cap:g} W, planned {status.planned_watts:g} W: {summary}"))
+    return out
+
+
+def _pending(job: BudgetJob, grant: float | None, target: float | None) -> str:
+    if target is not None and grant is not None and target > grant + EPS_W:
+        return f"gets {target:.2f} W once the other jobs have lowered their plans"
+    return ""
+
+
+def next_grants(here: Sequence[BudgetJob], current: Mapping[str, float | None],
+                target: Mapping[str, float | None], cap: float, idle: Mapping[str, float],
+                ) -> tuple[dict[str, float | None], str]:
+    """The grants to write now, and why some change waits: the lowering stage lands at once;
+    the raising stage only when every job runs within its grant and the site's draw with
+    every raise stays within the cap."""
+    grants = dict(current)
+    stages = transition_steps(current, target)
+    if not stages:
+        return grants, ""
+    first = stages[0]
+    if _lowering(first, current):
+        grants.update(first)
+        return grants, ("" if len(stages) == 1 else
+                        "lowering jobs first; the others get more once those have re-planned")
+    if not all(committed_w(j, current.get(j.key)) == current.get(j.key) for j in here):
+        return grants, "waiting for jobs to re-plan within their lowered grants"
+    trial = {**grants, **dict(first)}
+    if site_draw_w(trial, {j.key: j.node for j in here}, idle) > cap + EPS_W:
+        return grants, "the raised grants would not fit the cap"
+    return trial, ""
+
+
+def _lowering(stage: Sequence[tuple[str, float | None]],
+              current: Mapping[str, float | None]) -> bool:
+    return all(w is None or (current.get(k) is not None and w < (current.get(k) or 0.0))
+               for k, w in stage)
+
+
+def _order(created: str) -> float:
+    """Arrival order from an RFC 3339 timestamp (its digits sort as time does)."""
+    digits = "".join(c for c in created if c.isdigit())
+    return float(digits) if digits else math.inf
+
+
+def _conditions(out: BudgetDecision, previous: PowerBudgetStatus,
+                trouble: Sequence[tuple[str, str]]) -> None:
+    was = next((c for c in previous.conditions if c.type == "Ready"), None)
+    if trouble:
+        reason, message = trouble[0]
+        cond = Condition(type="Ready", status="False", reason=reason, message=message)
+        out.status.message = message
+    else:
+        cond = Condition(type="Ready", status="True", reason="Allocated",
+                         message="jobs share the cap")
+    same = was is not None and (was.status, was.reason, was.message) == (
+        cond.status, cond.reason, cond.message)
+    cond.last_transition_time = was.last_transition_time if same and was else now_rfc3339()
+    out.status.conditions = [cond]
+    if trouble and not same:
+        out.events.append(("Warning", trouble[0][0],
+                           f"{trouble[0][1]}; nothing new is planned under this budget"))
