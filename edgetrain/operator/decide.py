@@ -416,7 +416,7 @@ class _Step:
         load = {n: world.training_load.get(n, 0) for c in cands.values() for n in c.nodes}
         share = status.power_share
         if share is not None and share.device_model in ranked and share.node in cands[
-                share.device_model].nodes:
+                share.device_model].nodes and load.get(share.node, 0) == 0:
             model, node = share.device_model, share.node  # the node its share was asked for
         else:
             model, node = ph.place(ranked, {m: c.nodes for m, c in cands.items()}, load)

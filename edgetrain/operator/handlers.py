@@ -162,6 +162,7 @@ def _indexes(kwargs: dict[str, Any]) -> Indexes:
         estimators=kwargs.get("edgetrain_estimators", {}),
         profilers=kwargs.get("edgetrain_profilers", {}),
         budgets=kwargs.get("edgetrain_budgets", {}),
+        budget_jobs=kwargs.get("edgetrain_budget_jobs", {}),
     )
 
 

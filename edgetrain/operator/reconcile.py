@@ -51,6 +51,9 @@ class Indexes:
     profilers: IndexView[wd.Producer] = field(default_factory=dict)
     # PowerBudget name → its node selector
     budgets: IndexView[LabelSelector] = field(default_factory=dict)
+    # PowerBudget name → jobs holding or asking for a share (anything with `.node`, `.name`,
+    # `.namespace`, `.phase`): a node a job waits for power on is taken, like one it trains on
+    budget_jobs: IndexView[Any] = field(default_factory=dict)
 
 
 def _values(index: IndexView[V], key: Any) -> list[V]:
@@ -159,8 +162,15 @@ class Reconciler:
                 names.append(status.efficiency.config_map)
             configmaps.update(self._cache(indexes, ns, names, read_missing=True))
             # From the index's few entries (nodes that train), not a lookup per node of the fleet.
-            load = dict(_retry(lambda: [(str(node), len(list(store)))
+            # Not its own training Job: one being deleted for a re-plan must not push it away.
+            own = f"{ns}/{mf.short_name(name, 'train-')}"
+            load = dict(_retry(lambda: [(str(node), sum(1 for v in store if not
+                                                        str(v).startswith(own)))
                                         for node, store in list(indexes.training.items())]))
+            for rec in _all_values(indexes.budget_jobs):
+                if (rec.namespace, rec.name) != (ns, name) and rec.phase == \
+                        Phase.waiting_for_power.value:
+                    load[rec.node] = load.get(rec.node, 0) + 1
         elif phase is Phase.training:
             progress = mf.progress_configmap_name(name)
             got = self.kube.get_or_none(api_path("v1", "configmaps", ns, progress))
