@@ -19,7 +19,7 @@ BUDGET_PLURAL = "powerbudgets"
 BUDGET_API_VERSION = API_VERSION
 TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 # On a job the budget covers: its share, written by the operator's budget loop (JSON:
-# {"budget": name, "watts": W or null, "reason": why it waits}).
+# {"budget": name, "watts": W or null, "node": where, "reason": why it waits}).
 ANNOTATION_POWER_ALLOCATION = "edgetrain.io/power-allocation"
 
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)]
@@ -176,9 +176,12 @@ class PowerBudgetStatus(_Status):
     observed_generation: int | None = None
 
 
-def allocation_annotation(budget: str, watts: float | None, reason: str = "") -> str:
-    """The job annotation carrying its share (compact JSON)."""
+def allocation_annotation(budget: str, watts: float | None, reason: str = "",
+                          node: str = "") -> str:
+    """The job annotation carrying its share (compact JSON): the node it was granted on."""
     body: dict[str, object] = {"budget": budget, "watts": watts}
+    if node and watts is not None:
+        body["node"] = node
     if reason:
         body["reason"] = reason
     return json.dumps(body, separators=(",", ":"))
@@ -195,3 +198,11 @@ def parse_allocation(text: str | None) -> tuple[str, float | None, str] | None:
                 str(body.get("reason", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def allocation_node(text: str | None) -> str:
+    """The node a share was granted on ("" when none or unreadable)."""
+    try:
+        return str(json.loads(text or "{}").get("node") or "")
+    except (ValueError, AttributeError):
+        return ""

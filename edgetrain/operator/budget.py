@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgetrain.api.budget import (
     BudgetAllocationStatus,
@@ -22,6 +22,7 @@ from edgetrain.api.budget import (
     parse_allocation,
 )
 from edgetrain.api.job_status import Condition, Phase
+from edgetrain.api.keys import LABEL_DEVICE_MODEL
 from edgetrain.kube import now_rfc3339
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.planner.budget import (
@@ -41,7 +42,7 @@ class BudgetJob:
     namespace: str
     name: str
     phase: Phase
-    node: str
+    node: str  # where it trains, or where it asked for power
     own_limit_w: float
     created: str  # creationTimestamp: arrival order
     annotation: str | None  # the job's allocation annotation as it stands
@@ -49,6 +50,7 @@ class BudgetJob:
     running_limit_w: float | None = None
     running_power_w: float | None = None
     options: JobOptions | None = None  # None: its profile or efficiency is unreadable
+    device_model: str = ""
 
     @property
     def key(self) -> str:
@@ -77,6 +79,31 @@ class BudgetDecision:
 def _grant(job: BudgetJob, budget: str) -> float | None:
     share = parse_allocation(job.annotation)
     return share[1] if share is not None and share[0] == budget else None
+
+
+def assign_nodes(here: Sequence[BudgetJob], current: Mapping[str, float | None],
+                 site: Sequence[NodeInfo]) -> tuple[list[BudgetJob], dict[str, str]]:
+    """One job per node: jobs holding a share keep theirs; the others, in arrival order, get
+    the node they asked on if it is free, else the first free node of their device model.
+    Returns the jobs with their nodes, and why a job got none."""
+    taken = {j.node for j in here if current.get(j.key) is not None}
+    out: list[BudgetJob] = []
+    none: dict[str, str] = {}
+    for j in sorted(here, key=lambda j: (current.get(j.key) is None, _order(j.created), j.key)):
+        if current.get(j.key) is not None:
+            out.append(j)
+            continue
+        free = [n.name for n in site if n.name not in taken and n.schedulable
+                and (not j.device_model
+                     or n.label_map.get(LABEL_DEVICE_MODEL) == j.device_model)]
+        node = j.node if j.node in free else (free[0] if free else "")
+        if node:
+            taken.add(node)
+            out.append(replace(j, node=node))
+        else:
+            out.append(j)
+            none[j.key] = "every node of its device model on the site runs a job"
+    return out, none
 
 
 def committed_w(job: BudgetJob, grant: float | None) -> float | None:
@@ -128,12 +155,13 @@ def decide_budget(
     cap = spec.cap_at(seconds_of_day)
     here = [j for j in jobs if j.node in idle and not j.phase.final]
     current = {j.key: _grant(j, name) for j in here}
+    here, no_node = assign_nodes(here, current, site)
     node_of = {j.key: j.node for j in here}
     status = PowerBudgetStatus(cap_watts=cap, nodes=sorted(idle), observed_generation=generation)
     out = BudgetDecision(status)
     trouble = problems(name, site, cap, sum(idle.values()), others)
     texts = {j.key: j.annotation for j in here}
-    reasons: dict[str, str] = {}
+    reasons: dict[str, str] = dict(no_node)
     plan: SitePlan | None = None
     if trouble:
         target = dict(current)  # nothing new is planned under a budget with a problem
@@ -143,6 +171,8 @@ def decide_budget(
     else:
         opts = []
         for j in here:
+            if j.key in no_node:
+                continue
             if j.options is None:
                 reasons[j.key] = "its profile or efficiency vector is not readable yet"
                 continue
@@ -160,7 +190,8 @@ def decide_budget(
         out.status.message = why
     for j in here:
         text = allocation_annotation(name, grants[j.key],
-                                     reasons.get(j.key, "") if grants[j.key] is None else "")
+                                     reasons.get(j.key, "") if grants[j.key] is None else "",
+                                     node=j.node)
         if text != texts[j.key]:
             out.writes.append(GrantWrite(j.namespace, j.name, text))
     by_key = {j.key: j for j in here}

@@ -230,7 +230,8 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
     jobs = [BudgetJob(namespace=r.namespace, name=r.name, phase=Phase(r.phase), node=r.node,
                       own_limit_w=r.own_limit_w, created=r.created, annotation=_annotation(r),
                       running_limit_w=r.running_limit_w, running_power_w=r.running_power_w,
-                      options=_options(kube, r) if not Phase(r.phase).final else None)
+                      options=_options(kube, r) if not Phase(r.phase).final else None,
+                      device_model=r.device_model)
             for r in records]
     now = time.time()
     decision = decide_budget(

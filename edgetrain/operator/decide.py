@@ -17,7 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from edgetrain.api.budget import ANNOTATION_POWER_ALLOCATION, parse_allocation
+from edgetrain.api.budget import (
+    ANNOTATION_POWER_ALLOCATION,
+    allocation_node,
+    parse_allocation,
+)
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import (
@@ -415,7 +419,11 @@ class _Step:
             key=lambda r: r.objective_value or 0.0)]
         load = {n: world.training_load.get(n, 0) for c in cands.values() for n in c.nodes}
         share = status.power_share
-        if share is not None and share.device_model in ranked and share.node in cands[
+        granted_on = allocation_node(world.annotations.get(ANNOTATION_POWER_ALLOCATION))
+        on_granted = [m for m in ranked if granted_on in cands[m].nodes]
+        if share is not None and on_granted:
+            model, node = on_granted[0], granted_on  # the budget gives one node to one job
+        elif share is not None and share.device_model in ranked and share.node in cands[
                 share.device_model].nodes and load.get(share.node, 0) == 0:
             model, node = share.device_model, share.node  # the node its share was asked for
         else:

@@ -81,7 +81,8 @@ class _QuietPolls(logging.Filter):
         return not text.startswith(_ROUTINE)
 
 
-_ROUTINE = ("Handler 'forget' succeeded",
+_ROUTINE = ("Handler 'forget' succeeded", "Handler 'wake-budgets' succeeded",
+            "Handler 'budget-edited' succeeded",
             "Handler 'wake-on-cache' succeeded", "Handler 'wake-on-job' succeeded")
 
 

@@ -3,6 +3,7 @@ under it, re-planning when it changes) and the budget's `decide_budget`, as tabl
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -171,7 +172,8 @@ def bjob(name: str, node_name: str, grant: float | None = None, *,
     return BudgetJob(
         namespace="ns", name=name, phase=phase, node=node_name, own_limit_w=5.0,
         created=created or f"2026-01-01T00:00:0{name[-1]}Z",
-        annotation=None if grant is None else allocation_annotation("farm", grant),
+        annotation=None if grant is None else allocation_annotation("farm", grant,
+                                                                    node=node_name),
         running_limit_w=None if running is None else running[0],
         running_power_w=None if running is None else running[1],
         options=JobOptions("x", NANO_W, NANO_S, labels=((64, 1), (64, 2), (64, 3), (64, 4))))
@@ -197,16 +199,32 @@ def test_three_waiting_jobs_share_nine_watts() -> None:
     assert d.events[0][1] == "Allocated"
 
 
-def test_the_fourth_job_waits_with_the_numbers() -> None:
+def test_a_job_that_does_not_fit_waits_with_the_numbers() -> None:
     jobs = [bjob("a1", "n1", 3.0, phase=Phase.training, running=(3.0, 2.9)),
             bjob("a2", "n2", 3.0, phase=Phase.training, running=(3.0, 2.9)),
-            bjob("a3", "n3", 3.0, phase=Phase.training, running=(3.0, 2.9)),
-            bjob("a4", "n3")]
-    d = budget(jobs, FARM.model_copy(update={"cap_watts": 7.5}))
-    (write,) = [w for w in d.writes if w.name == "a4"]
+            bjob("a3", "n3")]
+    d = budget(jobs, FARM.model_copy(update={"cap_watts": 5.5}))
+    (write,) = [w for w in d.writes if w.name == "a3"]
     share = parse_allocation(write.text)
     assert share is not None and share[1] is None and "needs 2.00 W" in share[2]
     assert d.status.waiting == 1
+
+
+def test_one_job_per_node_the_fourth_waits_for_a_node() -> None:
+    running = [bjob(f"a{i}", f"n{i}", 2.0, phase=Phase.training, running=(2.0, 2.0))
+               for i in (1, 2, 3)]
+    d = budget([*running, bjob("a4", "n3")])
+    (write,) = [w for w in d.writes if w.name == "a4"]
+    share = parse_allocation(write.text)
+    assert write.name == "a4" and share is not None and share[1] is None
+    assert "every node of its device model on the site runs a job" in share[2]
+
+
+def test_waiting_jobs_asking_on_one_node_are_spread() -> None:
+    d = budget([bjob("a1", "n1"), bjob("a2", "n1"), bjob("a3", "n1")])
+    nodes = {w.name: json.loads(w.text)["node"] for w in d.writes}
+    assert nodes == {"a1": "n1", "a2": "n2", "a3": "n3"}
+    assert d.status.planned_watts == 9.0
 
 
 def test_a_lowered_cap_lowers_first_and_reports_the_running_draw() -> None:
