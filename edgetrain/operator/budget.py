@@ -19,6 +19,7 @@ from edgetrain.api.budget import (
     PowerBudgetSpec,
     PowerBudgetStatus,
     allocation_annotation,
+    allocation_node,
     parse_allocation,
 )
 from edgetrain.api.job_status import Condition, Phase
@@ -78,6 +79,23 @@ class BudgetDecision:
 
 def _grant(job: BudgetJob, budget: str) -> float | None:
     share = parse_allocation(job.annotation)
+    return share[1] if share is not None and share[0] == budget else None
+
+
+def job_node(budget: str, share_node: str, annotation: str | None,
+             training_node: str | None) -> str:
+    """Where a job draws its share: the node it trains on, else the node its grant names, else
+    the node it asked on."""
+    if training_node:
+        return training_node
+    granted = allocation_node(annotation)
+    if granted and _grant_of(annotation, budget) is not None:
+        return granted
+    return share_node
+
+
+def _grant_of(annotation: str | None, budget: str) -> float | None:
+    share = parse_allocation(annotation)
     return share[1] if share is not None and share[0] == budget else None
 
 

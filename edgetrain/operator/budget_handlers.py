@@ -40,7 +40,7 @@ from edgetrain.api.profile import parse_profile_csv
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator import handlers as hd
 from edgetrain.operator import manifests as mf
-from edgetrain.operator.budget import BudgetJob, decide_budget
+from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
 from edgetrain.operator.budget_metrics import BUDGET_METRICS
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.wake import sleep_or_wake
@@ -75,6 +75,7 @@ class JobRecord:
     profile_cm: str | None
     running_limit_w: float | None
     running_power_w: float | None
+    training_node: str | None
 
 
 def wake_budgets() -> None:
@@ -120,6 +121,7 @@ async def edgetrain_budget_jobs(body: kopf.Body, namespace: str | None, name: st
         profile_cm=profile,
         running_limit_w=sel.get("powerLimitWatts") if training else None,
         running_power_w=sel.get("powerWatts") if training else None,
+        training_node=sel.get("node") if training else None,
     )}
 
 
@@ -227,7 +229,8 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
     budgets = kwargs.get("edgetrain_budgets", {})
     others = {str(k): sel for k, store in list(budgets.items()) for sel in store}
     records = list((kwargs.get("edgetrain_budget_jobs") or {}).get(name, ()))
-    jobs = [BudgetJob(namespace=r.namespace, name=r.name, phase=Phase(r.phase), node=r.node,
+    jobs = [BudgetJob(namespace=r.namespace, name=r.name, phase=Phase(r.phase),
+                      node=job_node(name, r.node, _annotation(r), r.training_node),
                       own_limit_w=r.own_limit_w, created=r.created, annotation=_annotation(r),
                       running_limit_w=r.running_limit_w, running_power_w=r.running_power_w,
                       options=_options(kube, r) if not Phase(r.phase).final else None,

@@ -22,7 +22,7 @@ from edgetrain.api.job_status import Phase, PowerShareStatus
 from edgetrain.api.keys import ANNOTATION_POWER_LIMIT_WATTS
 from edgetrain.operator import decide as dc
 from edgetrain.operator import world as wd
-from edgetrain.operator.budget import BudgetJob, decide_budget
+from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.planner.budget import JobOptions
 from tests.operator.test_decide import (
@@ -286,3 +286,11 @@ def test_schedule_step_sets_the_cap() -> None:
     d = budget([bjob("a1", "n1"), bjob("a2", "n2")], solar)
     assert d.status.cap_watts == 5 and sum(v or 0 for v in grants(d).values()) <= 5 - 1.0
     assert math.isclose(d.status.planned_watts or 0, 5.0)
+
+
+def test_a_job_draws_where_it_trains_else_where_granted() -> None:
+    granted = allocation_annotation("farm", 3.0, node="n2")
+    assert job_node("farm", "n1", granted, "n3") == "n3"
+    assert job_node("farm", "n1", granted, None) == "n2"
+    assert job_node("barn", "n1", granted, None) == "n1"  # another budget's grant
+    assert job_node("farm", "n1", allocation_annotation("farm", None, "x"), None) == "n1"
