@@ -139,6 +139,14 @@ def run_operator(settings: OperatorSettings) -> None:
              elector.identity if elector else "no election")
     health = (f"http://{settings.health_address}:{settings.health_port}/healthz"
               if settings.health_port else None)
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        from edgetrain.operator.budget_metrics import BUDGET_METRICS
+
+        # The acting replica only: a standby has no budgets to report.
+        start_http_server(settings.metrics_port, addr=settings.health_address,
+                          registry=BUDGET_METRICS.registry)
     try:
         kopf.run(
             liveness_endpoint=health,
