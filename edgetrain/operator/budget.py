@@ -198,8 +198,11 @@ def decide_budget(
             opts.append(JobOptions(j.key, o.power_w, o.seconds, limit_w=j.own_limit_w,
                                    node=j.node, running=current[j.key] is not None,
                                    order=_order(j.created), labels=o.labels))
+        opts.sort(key=lambda o: o.name)  # the same jobs give the same split, whatever changed
         plan = allocate(opts, cap, idle, objective=spec.objective)
         target = {**{k: None for k in reasons}, **plan.grants()}
+        if _not_worth_it(opts, current, plan, cap, idle, spec.objective):
+            target = {**target, **{o.name: current[o.name] for o in opts}}
         for a in plan.allocations:
             if a.waiting:
                 reasons[a.job] = a.reason
@@ -240,6 +243,34 @@ def decide_budget(
         out.events.append(("Normal", "Allocated",
                            f"cap {cap:g} W, planned {status.planned_watts:g} W: {summary}"))
     return out
+
+
+#: A new split of the same running jobs must beat the current one by this much: every change
+#: stops a training Job and resumes it from its checkpoint.
+REPLAN_GAIN = 0.02
+
+
+def _not_worth_it(opts: Sequence[JobOptions], current: Mapping[str, float | None],
+                  plan: SitePlan, cap: float, idle: Mapping[str, float],
+                  objective: str) -> bool:
+    """The plan runs the same jobs as now, the current grants fit the cap, and the plan is
+    less than REPLAN_GAIN better than what the jobs can do within their current grants."""
+    granted = {o.name for o in opts if current.get(o.name) is not None}
+    if granted != {a.job for a in plan.allocations if not a.waiting}:
+        return False
+    if site_draw_w(current, {o.name: o.node for o in opts}, idle) > cap + EPS_W:
+        return False
+    now: list[float] = []
+    for o in opts:
+        if o.name not in granted:
+            continue
+        ok = o.eligible[o.power_w[o.eligible] <= (current[o.name] or 0.0) + EPS_W]
+        if ok.size == 0:
+            return False
+        now.append(float(o.seconds[ok].min()))
+    mine = plan.makespan_seconds if objective == "makespan" else plan.sum_seconds
+    theirs = max(now, default=0.0) if objective == "makespan" else sum(now)
+    return mine >= theirs * (1 - REPLAN_GAIN)
 
 
 def _pending(job: BudgetJob, grant: float | None, target: float | None) -> str:

@@ -294,3 +294,17 @@ def test_a_job_draws_where_it_trains_else_where_granted() -> None:
     assert job_node("farm", "n1", granted, None) == "n2"
     assert job_node("barn", "n1", granted, None) == "n1"  # another budget's grant
     assert job_node("farm", "n1", allocation_annotation("farm", None, "x"), None) == "n1"
+
+
+def test_an_equally_good_split_does_not_restart_anyone() -> None:
+    # A 4/3/2 W split (130 + 180 + 300 = 610 s) is worse than 3/3/3 (540 s): re-plan, the
+    # lowering first.
+    jobs = [bjob("a1", "n1", 4.0, phase=Phase.training, running=(4.0, 4.0)),
+            bjob("a2", "n2", 3.0, phase=Phase.training, running=(3.0, 3.0)),
+            bjob("a3", "n3", 2.0, phase=Phase.training, running=(2.0, 2.0))]
+    assert grants(budget(jobs)) == {"a1": 3.0}
+    # Within 2 % of the best: the running jobs keep their grants.
+    close = [bjob("a1", "n1", 3.0, phase=Phase.training, running=(3.0, 3.0)),
+             bjob("a2", "n2", 3.0, phase=Phase.training, running=(3.0, 3.0)),
+             bjob("a3", "n3", 3.0, phase=Phase.training, running=(3.0, 3.0))]
+    assert budget(close, FARM.model_copy(update={"cap_watts": 9.04})).writes == []
