@@ -6,7 +6,8 @@ are data (create, delete, patch, post an Event); both are defined in `world.py`.
 gathers the world from kopf indexes and per-job reads and carries the actions out, so every
 decision is unit-tested as a table without a cluster.
 
-Slightly over 500 lines because each phase's decisions are spelled out here, in one place.
+Over 500 lines because each phase's decisions (WaitingForPower and the PowerBudget share
+included) are spelled out here, in one place.
 """
 
 from __future__ import annotations
