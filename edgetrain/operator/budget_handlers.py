@@ -56,6 +56,7 @@ _memo_lock = threading.Lock()
 _written: dict[tuple[str, str], tuple[str | None, str]] = {}
 # (namespace, ConfigMap) → its data: cache entries never change under one name.
 _configmaps: dict[tuple[str, str], dict[str, str]] = {}
+MAX_CACHED_CONFIGMAPS = 256
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,15 @@ async def edgetrain_budget_jobs(body: kopf.Body, namespace: str | None, name: st
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="wake-budgets")
-async def wake_on_job_change(body: kopf.Body, **_: Any) -> None:
-    """A job with a share changed (phase, plan, end): its budget re-allocates."""
-    if (body.get("status") or {}).get("powerShare"):
+async def wake_on_job_change(type: str | None, body: kopf.Body, namespace: str | None,
+                             name: str | None, **_: Any) -> None:
+    """A job with a share changed (phase, plan, end): its budget re-allocates. A deleted or
+    finished job's memo goes (an operator running for months must not grow with every job)."""
+    status = body.get("status") or {}
+    if type == "DELETED" or status.get("phase") in (Phase.succeeded.value, Phase.failed.value):
+        with _memo_lock:
+            _written.pop((namespace or "", name or ""), None)
+    if status.get("powerShare"):
         wake_budgets()
 
 
@@ -185,6 +192,8 @@ def _cm(kube: KubeClient, namespace: str, name: str | None) -> dict[str, str] | 
         got = kube.get_or_none(api_path("v1", "configmaps", namespace, name))
         if got is None:
             return None
+        if len(_configmaps) >= MAX_CACHED_CONFIGMAPS:
+            _configmaps.pop(next(iter(_configmaps)))  # the oldest: a bounded memory
         _configmaps[key] = dict(got.get("data") or {})
     return _configmaps[key]
 
