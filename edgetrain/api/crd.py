@@ -253,13 +253,16 @@ PEERING_FILE = "kopf.dev_peerings.yaml"
 
 
 def crd_files() -> dict[str, str]:
-    """Every generated file: the job CRD, and kopf's peering CRDs (one active replica)."""
+    """Every generated file: the job and budget CRDs, and kopf's peering CRDs."""
+    from edgetrain.api.budget_crd import BUDGET_CRD_FILE, budget_crd_yaml
+
     peering = [
         _kopf_peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster"),
         _kopf_peering_crd("KopfPeering", "kopfpeerings", "Namespaced"),
     ]
     return {
         CRD_FILE: crd_yaml(),
+        BUDGET_CRD_FILE: budget_crd_yaml(),
         PEERING_FILE: "# kopf peering CRDs: `edgetrain operator --peering NAME` keeps one active"
         " replica.\n" + yaml.safe_dump_all(peering, sort_keys=False, width=100),
     }

@@ -40,6 +40,8 @@ class Phase(StrEnum):
     estimating = "EstimatingEfficiency"
     profiling = "Profiling"
     selecting = "Selecting"
+    # On a site under a PowerBudget whose free power does not cover the job's cheapest point.
+    waiting_for_power = "WaitingForPower"
     training = "Training"
     succeeded = "Succeeded"
     failed = "Failed"
@@ -202,6 +204,15 @@ class PhaseAttempts(_Status):
     )
 
 
+class PowerShareStatus(_Status):
+    """The job's share of its site's PowerBudget (the budget loop grants it; see api/budget)."""
+
+    budget: str
+    node: str = Field(default="", description="the node the share was asked for")
+    device_model: str = ""
+    watts: float | None = Field(default=None, description="granted W; null: waiting")
+
+
 class PowerAwareTrainingJobStatus(_Status):
     """status of a PowerAwareTrainingJob."""
 
@@ -214,6 +225,7 @@ class PowerAwareTrainingJobStatus(_Status):
     profiles: list[ProfileStatus] = Field(default_factory=list)
     selection: SelectionStatus | None = None
     training: TrainingStatus | None = None
+    power_share: PowerShareStatus | None = None
     attempts: PhaseAttempts = Field(default_factory=PhaseAttempts)
     started_at: str | None = None
     finished_at: str | None = None

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from edgetrain.cli import bench as _bench
+from edgetrain.cli import bench_budget as _bench_budget  # noqa: F401  (`bench budget`)
 from edgetrain.cli import bench_operator as _bench_operator  # noqa: F401  (`bench operator`)
 from edgetrain.cli import bench_paper as _bench_paper  # noqa: F401  (registers `bench paper`)
 from edgetrain.cli import cluster as _cluster

@@ -6,7 +6,8 @@ are data (create, delete, patch, post an Event); both are defined in `world.py`.
 gathers the world from kopf indexes and per-job reads and carries the actions out, so every
 decision is unit-tested as a table without a cluster.
 
-Slightly over 500 lines because each phase's decisions are spelled out here, in one place.
+Over 500 lines because each phase's decisions (WaitingForPower and the PowerBudget share
+included) are spelled out here, in one place.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from edgetrain.api.budget import (
+    ANNOTATION_POWER_ALLOCATION,
+    allocation_node,
+    parse_allocation,
+)
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import (
     EfficiencyStatus,
     Phase,
     PowerAwareTrainingJobStatus,
+    PowerShareStatus,
     ProfileStatus,
     SelectionStatus,
     TrainingStatus,
@@ -51,6 +58,7 @@ from edgetrain.operator.world import (
     PostEvent,
     World,
 )
+from edgetrain.planner import InfeasibleError
 
 # Scheduler messages of a pod that waits for capacity that will free up (not a mismatch).
 QUEUEING = ("Insufficient ", "Too many pods")
@@ -99,6 +107,7 @@ def decide(
         Phase.estimating: step.estimating,
         Phase.profiling: step.profiling,
         Phase.selecting: step.selecting,
+        Phase.waiting_for_power: step.waiting_for_power,
         Phase.training: step.training,
     }[out.status.phase]()
     return out
@@ -417,16 +426,42 @@ class _Step:
             (r for r in rows if r.objective_value is not None),
             key=lambda r: r.objective_value or 0.0)]
         load = {n: world.training_load.get(n, 0) for c in cands.values() for n in c.nodes}
-        model, node = ph.place(ranked, {m: c.nodes for m, c in cands.items()}, load)
+        share = status.power_share
+        granted_on = allocation_node(world.annotations.get(ANNOTATION_POWER_ALLOCATION))
+        on_granted = [m for m in ranked if granted_on in cands[m].nodes]
+        if share is not None and on_granted:
+            model, node = on_granted[0], granted_on  # the budget gives one node to one job
+        elif share is not None and share.device_model in ranked and share.node in cands[
+                share.device_model].nodes and load.get(share.node, 0) == 0:
+            model, node = share.device_model, share.node  # the node its share was asked for
+        else:
+            model, node = ph.place(ranked, {m: c.nodes for m, c in cands.items()}, load)
         if model != ranked[0]:
             result = ph.plan_for(spec, efficiency, luts[model])
+        limit_watts = spec.power_limit_watts
+        budget = self.budget_of(node)
+        if budget is not None:
+            watts, reason = self.granted(budget)
+            if watts is None:
+                self.wait_for_power(budget, node, model, reason)
+                return
+            self.share_granted(budget, node, model, watts)
+            limit_watts = min(spec.power_limit_w, watts)
+            try:
+                result = ph.plan_for(spec.model_copy(update={"power_limit_watts": limit_watts}),
+                                     efficiency, luts[model])
+            except InfeasibleError as exc:
+                self.wait_for_power(budget, node, model, f"its share does not fit: {exc}")
+                return
+        else:
+            status.power_share = None
         status.selection = SelectionStatus(
             node=node, device_model=model, batch_size=result.batch_size,
             gpu_frequency_hz=result.gpu_freq_hz,
             gpu_frequency_m_hz=round(result.gpu_freq_hz / 1e6),
             cpu_cores=result.cpu_cores, cpu_frequency_hz=result.cpu_freq_hz,
             emc_frequency_hz=result.emc_freq_hz,
-            power_watts=result.power_w, power_limit_watts=spec.power_limit_watts,
+            power_watts=result.power_w, power_limit_watts=limit_watts,
             predicted_seconds=result.predicted_seconds, relative_time=result.relative_time,
             objective=spec.strategy.objective.value, baselines=ph.baselines(result),
             candidates=rows,
@@ -462,6 +497,21 @@ class _Step:
         training = status.training or TrainingStatus()
         status.training = training
         progress, result = self.progress()
+        if status.power_share is not None:
+            budget = self.budget_of(sel.node)
+            watts, reason = self.granted(status.power_share.budget)
+            if budget == status.power_share.budget and watts is None:
+                self.stop_training(training, progress)
+                training.segment += 1
+                self.wait_for_power(budget, sel.node, sel.device_model or "",
+                                    f"its share was withdrawn: {reason}", "PowerWithdrawn")
+                return
+            if budget != status.power_share.budget or watts is None:
+                status.power_share = None  # the budget is gone: the job's own limit again
+            else:
+                status.power_share.watts = watts
+                self.spec = spec = spec.model_copy(
+                    update={"power_limit_watts": min(spec.power_limit_w, watts)})
         # 1. The limit changed: re-plan (profiles cut at a higher limit still cover a lower one).
         if sel.power_limit_watts != spec.power_limit_watts:
             self.stop_training(training, progress)
@@ -523,6 +573,49 @@ class _Step:
         if not self.failed_attempt("train", f"training job {training.job}", outcome):
             self.act(Delete("batch/v1", "jobs", self.ns, training.job))
             training.job = None
+
+    # --- PowerBudget shares ---
+
+    def budget_of(self, node_name: str) -> str | None:
+        """The PowerBudget whose selector takes the node (by name, the first of several: the
+        budget loop marks the overlap and grants nothing new there)."""
+        node = self.world.node(node_name)
+        if node is None:
+            return None
+        names = sorted(b for b, sel in self.world.budgets.items() if sel.matches(node.label_map))
+        return names[0] if names else None
+
+    def granted(self, budget: str) -> tuple[float | None, str]:
+        """The watts this job's annotation grants under `budget` (None: none yet), and why not."""
+        share = parse_allocation(self.world.annotations.get(ANNOTATION_POWER_ALLOCATION))
+        if share is None or share[0] != budget:
+            return None, "not allocated yet"
+        return share[1], share[2] or ("" if share[1] is not None else "not allocated yet")
+
+    def wait_for_power(self, budget: str, node: str, model: str, reason: str,
+                       why: str = "WaitingForPower") -> None:
+        self.status.power_share = PowerShareStatus(budget=budget, node=node, device_model=model)
+        self.go(Phase.waiting_for_power, why,
+                f"waiting for power from PowerBudget {budget} on {node}: {reason}")
+
+    def share_granted(self, budget: str, node: str, model: str, watts: float) -> None:
+        self.status.power_share = PowerShareStatus(budget=budget, node=node, device_model=model,
+                                                   watts=watts)
+
+    # --- WaitingForPower ---
+
+    def waiting_for_power(self) -> None:
+        share = self.status.power_share
+        if share is None or self.budget_of(share.node) != share.budget:
+            self.go(Phase.selecting, "BudgetChanged", "the node's PowerBudget changed; planning")
+            return
+        watts, reason = self.granted(share.budget)
+        if watts is not None:
+            self.go(Phase.selecting, "PowerGranted",
+                    f"PowerBudget {share.budget} grants {watts:.2f} W on {share.node}")
+            return
+        self.status.message = (f"waiting for power from PowerBudget {share.budget} on"
+                               f" {share.node}: {reason}")
 
     def start_training(self, training: TrainingStatus, sel: SelectionStatus) -> None:
         status = self.status

@@ -81,7 +81,8 @@ class _QuietPolls(logging.Filter):
         return not text.startswith(_ROUTINE)
 
 
-_ROUTINE = ("Handler 'forget' succeeded",
+_ROUTINE = ("Handler 'forget' succeeded", "Handler 'wake-budgets' succeeded",
+            "Handler 'budget-edited' succeeded",
             "Handler 'wake-on-cache' succeeded", "Handler 'wake-on-job' succeeded")
 
 
@@ -161,6 +162,8 @@ def _indexes(kwargs: dict[str, Any]) -> Indexes:
         cache=kwargs.get("edgetrain_cache", {}),
         estimators=kwargs.get("edgetrain_estimators", {}),
         profilers=kwargs.get("edgetrain_profilers", {}),
+        budgets=kwargs.get("edgetrain_budgets", {}),
+        budget_jobs=kwargs.get("edgetrain_budget_jobs", {}),
     )
 
 

@@ -343,7 +343,9 @@ def transition(
     """Move to `to`; returns the Event (type, reason, message) to post."""
     before = status.phase
     status.phase, status.reason, status.message = to, reason, message
-    if before in CONDITION_OF_PHASE and to is not Phase.failed and to is not before:
+    # Waiting for power is not a plan yet: Planned stays unset until the share is granted.
+    if (before in CONDITION_OF_PHASE and to not in (Phase.failed, Phase.waiting_for_power)
+            and to is not before):
         set_condition(status, CONDITION_OF_PHASE[before], True, reason, message)
     if to is Phase.succeeded:
         set_condition(status, "Trained", True, reason, message)

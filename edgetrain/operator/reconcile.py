@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
@@ -49,6 +50,11 @@ class Indexes:
     # (ns, cache key) → another job's estimate Job / profiling DaemonSet still making it
     estimators: IndexView[wd.Producer] = field(default_factory=dict)
     profilers: IndexView[wd.Producer] = field(default_factory=dict)
+    # PowerBudget name → its node selector
+    budgets: IndexView[LabelSelector] = field(default_factory=dict)
+    # PowerBudget name → jobs holding or asking for a share (anything with `.node`, `.name`,
+    # `.namespace`, `.phase`): a node a job waits for power on is taken, like one it trains on
+    budget_jobs: IndexView[Any] = field(default_factory=dict)
 
 
 def _values(index: IndexView[V], key: Any) -> list[V]:
@@ -107,6 +113,12 @@ class Reconciler:
             nodes = self.fleet(indexes)
         elif phase is Phase.training and status.selection is not None:
             nodes = tuple(_values(indexes.nodes, status.selection.node))
+        elif phase is Phase.waiting_for_power and status.power_share is not None:
+            nodes = tuple(_values(indexes.nodes, status.power_share.node))
+        budgets: dict[str, LabelSelector] = {}
+        if phase in (Phase.selecting, Phase.waiting_for_power, Phase.training):
+            budgets = dict(_retry(lambda: [(str(name), sel) for name, store in
+                                           list(indexes.budgets.items()) for sel in store]))
         configmaps: dict[str, Mapping[str, str]] = {}
         producers: dict[str, tuple[wd.Producer, ...]] = {}
         jobs: dict[str, Obj] = {}
@@ -153,8 +165,15 @@ class Reconciler:
                 names.append(history_configmap_name(spec_history_key(spec)))
             configmaps.update(self._cache(indexes, ns, names, read_missing=True))
             # From the index's few entries (nodes that train), not a lookup per node of the fleet.
-            load = dict(_retry(lambda: [(str(node), len(list(store)))
+            # Not its own training Job: one being deleted for a re-plan must not push it away.
+            own = f"{ns}/{mf.short_name(name, 'train-')}"
+            load = dict(_retry(lambda: [(str(node), sum(1 for v in store if not
+                                                        str(v).startswith(own)))
                                         for node, store in list(indexes.training.items())]))
+            for rec in _all_values(indexes.budget_jobs):
+                if (rec.namespace, rec.name) != (ns, name) and rec.phase == \
+                        Phase.waiting_for_power.value:
+                    load[rec.node] = load.get(rec.node, 0) + 1
         elif phase is Phase.training:
             progress = mf.progress_configmap_name(name)
             got = self.kube.get_or_none(api_path("v1", "configmaps", ns, progress))
@@ -169,7 +188,8 @@ class Reconciler:
                                 .values())
         return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
-                        pods=tuple(pods), producers=producers, worker_identity=worker_identity)
+                        pods=tuple(pods), producers=producers, worker_identity=worker_identity,
+                        budgets=budgets)
 
     def fleet(self, indexes: Indexes) -> tuple[NodeInfo, ...]:
         """The Jetson nodes from the index, as one snapshot shared by the reconciles of the next

@@ -7,6 +7,7 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from edgetrain.api.budget_crd import BUDGET_CRD_NAME
 from edgetrain.api.crd import CRD_NAME
 from edgetrain.kube import (
     KubeApiError,
@@ -110,13 +111,15 @@ def run_operator(settings: OperatorSettings) -> None:
 
     import kopf
 
+    import edgetrain.operator.budget_handlers  # registers the budgets' handlers
     import edgetrain.operator.handlers  # noqa: F401 - registers the handlers
 
     with KubeClient.connect() as client:
-        crd = api_path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=CRD_NAME)
-        if client.get_or_none(crd) is None:
-            raise SystemExit(
-                f"error: CRD {CRD_NAME} is not installed; kubectl apply -f crds/ (or the chart)")
+        for name in (CRD_NAME, BUDGET_CRD_NAME):
+            crd = api_path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=name)
+            if client.get_or_none(crd) is None:
+                raise SystemExit(
+                    f"error: CRD {name} is not installed; kubectl apply -f crds/ (or the chart)")
         if settings.peering:
             ensure_peering(client, settings.peering, settings.namespaces)
     elector = None
@@ -136,6 +139,14 @@ def run_operator(settings: OperatorSettings) -> None:
              elector.identity if elector else "no election")
     health = (f"http://{settings.health_address}:{settings.health_port}/healthz"
               if settings.health_port else None)
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        from edgetrain.operator.budget_metrics import BUDGET_METRICS
+
+        # The acting replica only: a standby has no budgets to report.
+        start_http_server(settings.metrics_port, addr=settings.health_address,
+                          registry=BUDGET_METRICS.registry)
     try:
         kopf.run(
             liveness_endpoint=health,

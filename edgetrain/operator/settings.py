@@ -108,6 +108,10 @@ class OperatorSettings(BaseModel):
     health_port: Annotated[int, Field(ge=0, le=65535)] = Field(
         default=0, description="port of kopf's /healthz for the pod's probes; 0: no endpoint"
     )
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = Field(
+        default=0, description="port of the operator's Prometheus /metrics (PowerBudget cap,"
+        " planned and idle draw, each job's share); 0: none"
+    )
     estimate_gpus: Annotated[int, Field(ge=0)] = Field(
         default=1,
         description="nvidia.com/gpu the estimate Job requests on the GPU server (device plugin);"

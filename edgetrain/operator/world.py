@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job_status import PowerAwareTrainingJobStatus
 from edgetrain.kube import Obj
 from edgetrain.operator.phases import NodeInfo
@@ -37,6 +38,8 @@ class World:
     # Pending only: the namespace has the worker ServiceAccount the chart creates (the operator
     # creates no RBAC); None where the phase does not look.
     worker_identity: bool | None = None
+    # PowerBudget name → its node selector (Selecting, WaitingForPower, Training).
+    budgets: Mapping[str, LabelSelector] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -47,6 +50,11 @@ class World:
     def namespace(self) -> str:
         """The job's namespace."""
         return str(self.job["metadata"]["namespace"])
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        """The job's annotations."""
+        return self.job["metadata"].get("annotations") or {}
 
     def node(self, name: str) -> NodeInfo | None:
         """A node by name (None: gone)."""

@@ -370,8 +370,15 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       ("patch", "pods"), ("create", "events"),
                       # the operator's indexes: label-filtered watches instead of per-tick lists
                       ("watch", "nodes"), ("watch", "configmaps"), ("watch", "jobs.batch"),
-                      ("watch", "daemonsets.apps")):
+                      ("watch", "daemonsets.apps"),
+                      # site power budgets: their loops, status, and the jobs' share annotations
+                      ("watch", "powerbudgets.edgetrain.io"),
+                      ("patch", "powerbudgets.edgetrain.io/status"),
+                      ("patch", "powerawaretrainingjobs.edgetrain.io")):
         assert can_i(cluster, osa, verb, res), (verb, res)
+    for verb, res in (("create", "powerbudgets.edgetrain.io"),
+                      ("delete", "powerbudgets.edgetrain.io")):
+        assert not can_i(cluster, osa, verb, res), (verb, res)
     for verb, res in (("get", "secrets"), ("list", "secrets"), ("create", "roles"),
                       ("create", "rolebindings"), ("create", "clusterroles"),
                       ("create", "clusterrolebindings"), ("bind", "clusterroles"),

@@ -95,7 +95,30 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
 
 
 @pytest.fixture(scope="module")
-def prometheus(prometheus_bin: str, fleet: dict[str, Any],
+def budget_exporter(fleet: dict[str, Any]) -> Iterator[str]:
+    """The operator's PowerBudget gauges (`METRICS_PORT`, the same registry code) for a site of
+    both twins' nodes, with job-a holding a share; its address."""
+    from prometheus_client import start_http_server
+
+    from edgetrain.api.budget import BudgetAllocationStatus, PowerBudgetStatus
+    from edgetrain.operator.budget_metrics import BudgetMetrics
+
+    gauges = BudgetMetrics()
+    gauges.update("site", PowerBudgetStatus(
+        cap_watts=20.0, idle_watts=0.0, planned_watts=19.0, nodes=[NANO, ORIN], jobs=1,
+        allocations=[BudgetAllocationStatus(namespace=fleet["namespace"], name="job-a",
+                                            node=NANO, watts=6.0)]))
+    port = free_ports(1)[0]
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=gauges.registry)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_bin: str, fleet: dict[str, Any], budget_exporter: str,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("prometheus")
     config = {
@@ -104,6 +127,9 @@ def prometheus(prometheus_bin: str, fleet: dict[str, Any],
         "scrape_configs": [{
             "job_name": "edgetrain-node-agent",
             "static_configs": [{"targets": [f"127.0.0.1:{a.port}" for a in fleet["agents"]]}],
+        }, {
+            "job_name": "edgetrain-operator",
+            "static_configs": [{"targets": [budget_exporter]}],
         }],
     }
     proc, url = run_prometheus(prometheus_bin, config, tmp)
@@ -152,9 +178,12 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
 def test_prometheus_scrapes_both_agents(prometheus: str, fleet: dict[str, Any]) -> None:
     def both_up() -> bool:
         targets = httpx.get(f"{prometheus}/api/v1/targets").json()["data"]["activeTargets"]
-        return len(targets) == 2 and all(t["health"] == "up" for t in targets)
+        agents = [t for t in targets if t["labels"]["job"] == "edgetrain-node-agent"]
+        # Both agents, and the operator's PowerBudget gauges.
+        return len(agents) == 2 and len(targets) == 3 and all(
+            t["health"] == "up" for t in targets)
 
-    wait_until(both_up, 30, "both targets up", interval_s=0.5)
+    wait_until(both_up, 30, "both agents and the operator's gauges up", interval_s=0.5)
     nodes = {r["metric"]["node"] for r in query(prometheus, "edgetrain_power_total_watts")}
     assert nodes == {NANO, ORIN}
     info = query(prometheus, "edgetrain_node_info")
@@ -205,11 +234,15 @@ def test_the_metric_check_catches_a_bad_panel() -> None:
         "edgetrain_power_totl_watts": "x.json / typo"}
 
 
-def test_panels_only_reference_exported_metrics(fleet: dict[str, Any]) -> None:
+def test_panels_only_reference_exported_metrics(fleet: dict[str, Any],
+                                               budget_exporter: str) -> None:
     from edgetrain.node_agent.metrics import METRIC_NAMES
 
     # Counters with labels appear on their first increment (the guard's first step).
     exported = wait_until(lambda: (names := exported_names(fleet)) >= set(METRIC_NAMES)
                           and names, 30, "every documented metric exported", interval_s=0.5)
+    for line in httpx.get(f"http://{budget_exporter}/metrics", timeout=5).text.splitlines():
+        if line and not line.startswith("#"):
+            exported.add(re.split(r"[{ ]", line, maxsplit=1)[0])
     missing = unexported(dashboard_queries(), exported)
     assert not missing, f"dashboard panels reference metrics no component exports: {missing}"

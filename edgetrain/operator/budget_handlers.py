@@ -1,0 +1,288 @@
+"""kopf handlers of PowerBudgets: a loop per budget, thin over `budget.decide_budget`.
+
+Each loop gathers the site's nodes (the fleet watch), the jobs that asked for a share (a kopf
+index on the jobs' `status.powerShare`), their profiles and efficiency vectors (cache
+ConfigMaps, read once by name: their content never changes under a name), decides, writes the
+grants as job annotations (waking those jobs), the budget's status, its Events and metrics.
+It runs when a job with a share changes, when the budget is edited, at each schedule step and
+every poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from edgetrain.api.budget import (
+    ANNOTATION_POWER_ALLOCATION,
+    BUDGET_PLURAL,
+    LabelSelector,
+    PowerBudgetSpec,
+    PowerBudgetStatus,
+)
+from edgetrain.api.crd import GROUP, PLURAL, VERSION
+from edgetrain.api.efficiency import parse_efficiency_json
+from edgetrain.api.job import API_VERSION
+from edgetrain.api.job_status import Phase, fit_string
+from edgetrain.api.keys import LABEL_DEVICE_MODEL
+from edgetrain.api.plan import PowerMetric
+from edgetrain.api.profile import parse_profile_csv
+from edgetrain.kube import KubeApiError, KubeClient, api_path
+from edgetrain.operator import handlers as hd
+from edgetrain.operator import manifests as mf
+from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
+from edgetrain.operator.budget_metrics import BUDGET_METRICS
+from edgetrain.operator.phases import NodeInfo
+from edgetrain.operator.wake import sleep_or_wake
+from edgetrain.planner import Lut
+from edgetrain.planner.budget import JobOptions, job_options
+
+log = logging.getLogger("edgetrain.operator")
+_wakes: dict[str, asyncio.Event] = {}
+_loops: dict[str, asyncio.AbstractEventLoop] = {}
+_memo_lock = threading.Lock()
+# (namespace, job) → (annotation the index showed, annotation written): the index trails our
+# own writes, and a loop that read its old grant would count the job's power twice or not at all.
+_written: dict[tuple[str, str], tuple[str | None, str]] = {}
+# (namespace, ConfigMap) → its data: cache entries never change under one name.
+_configmaps: dict[tuple[str, str], dict[str, str]] = {}
+MAX_CACHED_CONFIGMAPS = 256
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """The few fields of a job the budget loop reads (kept in the index)."""
+
+    namespace: str
+    name: str
+    phase: str
+    node: str
+    device_model: str
+    own_limit_w: float
+    metric: str
+    created: str
+    annotation: str | None
+    efficiency_cm: str | None
+    profile_cm: str | None
+    running_limit_w: float | None
+    running_power_w: float | None
+    training_node: str | None
+
+
+def wake_budgets() -> None:
+    """Wake every budget loop (thread-safe)."""
+    for name, event in list(_wakes.items()):
+        loop = _loops.get(name)
+        if loop is not None:
+            loop.call_soon_threadsafe(event.set)
+
+
+@kopf.index(GROUP, VERSION, BUDGET_PLURAL)
+async def edgetrain_budgets(body: kopf.Body, name: str, **_: Any) -> dict[str, LabelSelector]:
+    """PowerBudget name → its node selector (jobs read it to know they are on a site)."""
+    try:
+        return {name: PowerBudgetSpec.model_validate(dict(body.spec)).node_selector}
+    except ValidationError:
+        return {}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def edgetrain_budget_jobs(body: kopf.Body, namespace: str | None, name: str,
+                                **_: Any) -> dict[str, JobRecord]:
+    """PowerBudget name → the jobs that asked it for a share."""
+    status = body.get("status") or {}
+    share = status.get("powerShare") or {}
+    if not share.get("budget"):
+        return {}
+    spec = body.get("spec") or {}
+    limit = spec.get("powerLimitWatts")
+    sel = status.get("selection") or {}
+    model = share.get("deviceModel") or sel.get("deviceModel") or ""
+    profile = next((p.get("configMap") for p in status.get("profiles") or []
+                    if p.get("deviceModel") == model), None)
+    training = status.get("phase") == Phase.training.value
+    return {str(share["budget"]): JobRecord(
+        namespace=namespace or "", name=name, phase=str(status.get("phase") or "Pending"),
+        node=str(share.get("node") or ""), device_model=model,
+        own_limit_w=math.inf if limit is None else float(limit),
+        metric=str((spec.get("strategy") or {}).get("powerMetric") or "peak"),
+        created=str(body.metadata.get("creationTimestamp") or ""),
+        annotation=(body.metadata.annotations or {}).get(ANNOTATION_POWER_ALLOCATION),
+        efficiency_cm=(status.get("efficiency") or {}).get("configMap"),
+        profile_cm=profile,
+        running_limit_w=sel.get("powerLimitWatts") if training else None,
+        running_power_w=sel.get("powerWatts") if training else None,
+        training_node=sel.get("node") if training else None,
+    )}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="wake-budgets")
+async def wake_on_job_change(type: str | None, body: kopf.Body, namespace: str | None,
+                             name: str | None, **_: Any) -> None:
+    """A job with a share changed (phase, plan, end): its budget re-allocates. A deleted or
+    finished job's memo goes (an operator running for months must not grow with every job)."""
+    status = body.get("status") or {}
+    if type == "DELETED" or status.get("phase") in (Phase.succeeded.value, Phase.failed.value):
+        with _memo_lock:
+            _written.pop((namespace or "", name or ""), None)
+    if status.get("powerShare"):
+        wake_budgets()
+
+
+@kopf.on.update(GROUP, VERSION, BUDGET_PLURAL, field="spec", id="budget-edited")
+async def on_budget_edit(name: str, **_: Any) -> None:
+    """An edited cap or schedule: re-allocate now."""
+    wake_budgets()
+
+
+@kopf.daemon(GROUP, VERSION, BUDGET_PLURAL, id="budget", cancellation_backoff=1.0,
+             cancellation_timeout=1.0)
+async def budget_loop(body: kopf.Body, name: str, stopped: kopf.DaemonStopped,
+                      **kwargs: Any) -> None:
+    """Allocate the budget whenever something it depends on changes."""
+    event = asyncio.Event()
+    _wakes[name], _loops[name] = event, asyncio.get_running_loop()
+    loop = asyncio.get_running_loop()
+    try:
+        while not stopped:
+            context = contextvars.copy_context()
+            wait_s = await loop.run_in_executor(
+                hd._executor, functools.partial(context.run, _step_logged, body, name, kwargs))
+            event.clear()
+            await sleep_or_wake(event, wait_s)
+    finally:
+        _wakes.pop(name, None)
+        _loops.pop(name, None)
+        BUDGET_METRICS.forget(name)
+
+
+def _step_logged(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
+    try:
+        return budget_step(body, name, kwargs)
+    except Exception:
+        log.exception("PowerBudget %s: allocation failed; retrying on the next poll", name)
+        return hd.SETTINGS.poll_interval_s
+
+
+def _idle_w(node: NodeInfo) -> float:
+    """The node's idle draw: its device model's (the twin's board facts, which follow the
+    published idle figures; see docs/operator.md)."""
+    from edgetrain.device.sim.boards import BOARDS
+    from edgetrain.device.sim.physics import idle_power
+
+    board = BOARDS.get(node.label_map.get(LABEL_DEVICE_MODEL, ""))
+    return 0.0 if board is None else round(idle_power(board).total_w, 3)
+
+
+def _cm(kube: KubeClient, namespace: str, name: str | None) -> dict[str, str] | None:
+    if not name:
+        return None
+    key = (namespace, name)
+    if key not in _configmaps:
+        got = kube.get_or_none(api_path("v1", "configmaps", namespace, name))
+        if got is None:
+            return None
+        if len(_configmaps) >= MAX_CACHED_CONFIGMAPS:
+            _configmaps.pop(next(iter(_configmaps)))  # the oldest: a bounded memory
+        _configmaps[key] = dict(got.get("data") or {})
+    return _configmaps[key]
+
+
+def _options(kube: KubeClient, rec: JobRecord) -> JobOptions | None:
+    eff = _cm(kube, rec.namespace, rec.efficiency_cm)
+    prof = _cm(kube, rec.namespace, rec.profile_cm)
+    if not eff or not prof or "efficiency.json" not in eff or "profile.csv" not in prof:
+        return None
+    try:
+        lut = Lut.from_points(parse_profile_csv(prof["profile.csv"], str(rec.profile_cm)))
+        vector = parse_efficiency_json(eff["efficiency.json"], str(rec.efficiency_cm))
+        return job_options(f"{rec.namespace}/{rec.name}", lut, vector,
+                           limit_w=rec.own_limit_w, metric=PowerMetric(rec.metric),
+                           node=rec.node)
+    except Exception as exc:  # a bad cache entry must not stop the site's other jobs
+        log.warning("%s/%s: no options for the budget: %s", rec.namespace, rec.name, exc)
+        return None
+
+
+def _annotation(rec: JobRecord) -> str | None:
+    with _memo_lock:
+        memo = _written.get((rec.namespace, rec.name))
+    if memo is not None and rec.annotation == memo[0]:
+        return memo[1]
+    return rec.annotation
+
+
+def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
+    """One allocation of budget `name`; returns how long to sleep at most."""
+    kube = hd.reconciler().kube
+    try:
+        spec = PowerBudgetSpec.model_validate(dict(body.spec))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = "spec." + ".".join(str(p) for p in err["loc"])
+        _write_status(kube, name, {"message": fit_string(f"{where}: {err['msg']}")})
+        return hd.SETTINGS.poll_interval_s
+    previous = PowerBudgetStatus.model_validate(dict(body.status or {}))
+    fleet = hd.FLEET if hd.FLEET is not None else {}
+    nodes = [n for store in list(fleet.values()) for n in store]
+    budgets = kwargs.get("edgetrain_budgets", {})
+    others = {str(k): sel for k, store in list(budgets.items()) for sel in store}
+    records = list((kwargs.get("edgetrain_budget_jobs") or {}).get(name, ()))
+    jobs = [BudgetJob(namespace=r.namespace, name=r.name, phase=Phase(r.phase),
+                      node=job_node(name, r.node, _annotation(r), r.training_node),
+                      own_limit_w=r.own_limit_w, created=r.created, annotation=_annotation(r),
+                      running_limit_w=r.running_limit_w, running_power_w=r.running_power_w,
+                      options=_options(kube, r) if not Phase(r.phase).final else None,
+                      device_model=r.device_model)
+            for r in records]
+    now = time.time()
+    decision = decide_budget(
+        name, spec, previous, generation=body.metadata.get("generation"),
+        seconds_of_day=now % 86_400, nodes=nodes,
+        node_idle_w={n.name: _idle_w(n) for n in nodes}, others=others, jobs=jobs)
+    by_key = {(j.namespace, j.name): j for j in jobs}
+    for write in decision.writes:
+        path = api_path(API_VERSION, PLURAL, write.namespace, write.name)
+        try:
+            kube.patch(path, {"metadata": {"annotations": {
+                ANNOTATION_POWER_ALLOCATION: write.text}}}, "merge")
+        except KubeApiError as exc:
+            if exc.code != 404:
+                raise
+            continue
+        before = by_key[(write.namespace, write.name)]
+        raw = next((r.annotation for r in records
+                    if (r.namespace, r.name) == (write.namespace, write.name)), None)
+        with _memo_lock:
+            _written[(write.namespace, write.name)] = (raw, write.text)
+        hd.WAKEUPS.job_changed((write.namespace, mf.label_value(write.name)))
+        log.info("PowerBudget %s: %s/%s share %s (was %s)", name, write.namespace,
+                 write.name, write.text, before.annotation)
+    _write_status(kube, name, decision.status.model_dump(mode="json", by_alias=True))
+    for kind, reason, message in decision.events:
+        kopf.event(body, type=kind, reason=reason, message=fit_string(message, 1000))
+        log.log(logging.WARNING if kind == "Warning" else logging.INFO, "PowerBudget %s %s: %s",
+                name, reason, message)
+    BUDGET_METRICS.update(name, decision.status)
+    wait = hd.SETTINGS.poll_interval_s
+    step = spec.next_change_s(now % 86_400)
+    return wait if step is None else max(0.5, min(wait, step + 0.5))
+
+
+def _write_status(kube: KubeClient, name: str, status: dict[str, Any]) -> None:
+    try:
+        kube.patch(api_path(API_VERSION, BUDGET_PLURAL, name=name, subresource="status"),
+                   {"status": status}, "merge")
+    except KubeApiError as exc:
+        log.warning("PowerBudget %s: status not written (HTTP %s: %s)", name, exc.code,
+                    fit_string(str(exc), 300))
