@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from edgetrain.api.enums import StrEnum
 from edgetrain.api.job import API_VERSION
 from edgetrain.api.job_status import Condition
 from edgetrain.api.names import LABEL_KEY_PATTERN, LABEL_VALUE_MAX, LABEL_VALUE_PATTERN

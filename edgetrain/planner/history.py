@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.enums import StrEnum
 from edgetrain.api.history import ObservationPool
 from edgetrain.api.job_status import MAX_LISTED, HistoryStatus, ObservationStatus
 
