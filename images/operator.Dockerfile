@@ -13,12 +13,14 @@ RUN python3 -m venv /opt/venv
 # asyncio copy (66 MB; edgetrain uses the sync client, kopf its own aiohttp) and numpy's tests.
 COPY pyproject.toml images/requirements.py /src/
 RUN python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
- && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt \
+ && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt "setuptools>=77" wheel \
  && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
            /opt/venv/lib/python3*/site-packages/numpy/*/tests
 COPY README.md /src/
 COPY edgetrain /src/edgetrain
-RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps /src \
+# The package's own build uses the setuptools installed above, not an isolated build env: under
+# arm64 emulation, making that env on every source change cost minutes.
+RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps --no-build-isolation /src \
  && /opt/venv/bin/python -c "import edgetrain.operator.runner, edgetrain.operator.handlers" \
  && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools wheel
 
