@@ -27,6 +27,11 @@ LABEL_CACHE_KEY = "edgetrain.io/cache-key"
 LABEL_MODEL = "edgetrain.io/model"
 # Test hook on a job: fail its worker pods this many times (fault tests).
 ANNOTATION_INJECT_FAILURES = "edgetrain.io/inject-failures"
+# Test hook on a job: `estimate,train` pauses those workers' workloads at their first progress
+# line (training: its first checkpoint) until the ConfigMap `<job>-release-<phase>` exists, so
+# a fault test hits the phase it means to (fault tests). Profiling is not held: a pause would
+# enter its timings.
+ANNOTATION_INJECT_HOLD = "edgetrain.io/inject-hold"
 # `edgetrain bench operator`: on a pod of a kwok node, "the simulated workload has finished";
 # the bench's kwok stage completes the pod (exit 0) only then, after its results are published.
 ANNOTATION_BENCH_DONE = "edgetrain.io/bench-done"

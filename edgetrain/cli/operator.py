@@ -148,6 +148,13 @@ def worker_command(
     inject_failure: Annotated[
         str | None, typer.Option(help="Fail at once with this message (fault injection).")
     ] = None,
+    hold_at_progress: Annotated[
+        str | None,
+        typer.Option(
+            help="Pause the workload at its first progress line until this ConfigMap exists"
+            " (fault injection)."
+        ),
+    ] = None,
     carry_from: Annotated[
         Path | None, typer.Option(help="Checkpoint folder of the previous run (re-plan).")
     ] = None,
@@ -172,6 +179,7 @@ def worker_command(
         progress_interval_s=progress_interval,
         hold=hold,
         inject_failure=inject_failure,
+        hold_at_progress=hold_at_progress,
         carry_from=carry_from,
         carry_to=carry_to,
         pretrain=json.loads(pretrain) if pretrain else None,

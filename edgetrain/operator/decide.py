@@ -270,7 +270,9 @@ class _Step:
                 return
             body = mf.estimate_job(world.job, spec, self.settings, key=key,
                                    attempt=status.attempts.estimate,
-                                   inject=self.inject("estimate", status.attempts.estimate))
+                                   inject=self.inject("estimate", status.attempts.estimate),
+                                   hold_release=mf.injected_hold(world.job, self.settings,
+                                                                 "estimate"))
             self.act(Create("batch/v1", "jobs", body))
             status.attempts.next_retry_at = None
             self.event("Normal", "EstimateStarted", f"job {job_name} on the GPU server")
@@ -635,6 +637,8 @@ class _Step:
                             batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
                             attempt=training.attempt, ckpt_dir=ckpt, carry_from=carry,
                             inject=self.inject("train", status.attempts.train),
+                            hold_release=mf.injected_hold(self.world.job, self.settings,
+                                                          "train"),
                             power_mode=ph.power_mode(sel))
         self.act(Create("batch/v1", "jobs", body))
         training.job, training.node, training.checkpoint_dir = (

@@ -13,6 +13,7 @@ from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec, prof
 from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCY_HZ,
     ANNOTATION_INJECT_FAILURES,
+    ANNOTATION_INJECT_HOLD,
     ANNOTATION_POWER_LIMIT_WATTS,
     LABEL_CACHE,
     LABEL_CACHE_KEY,
@@ -111,6 +112,11 @@ def profile_configmap_name(key: str) -> str:
     return f"edgetrain-profile-{key}"
 
 
+def release_configmap_name(patj_name: str, phase_key: str) -> str:
+    """The ConfigMap whose creation releases a held worker of one phase (fault injection)."""
+    return short_name(patj_name, f"release-{phase_key}")
+
+
 def progress_configmap_name(patj_name: str) -> str:
     """The training pod's progress ConfigMap (owned by the job)."""
     return short_name(patj_name, "progress")
@@ -189,6 +195,7 @@ def _worker_args(
     progress: str | None = None,
     hold: bool = False,
     inject: str | None = None,
+    hold_release: str | None = None,
     extra: list[str] | None = None,
 ) -> list[str]:
     # The service-account mount as an argument: virtual nodes rewrite mount paths in args.
@@ -205,6 +212,8 @@ def _worker_args(
         args.append("--hold")
     if inject:
         args += ["--inject-failure", inject]
+    if hold_release:
+        args += ["--hold-at-progress", hold_release]
     return args + (extra or [])
 
 
@@ -216,6 +225,7 @@ def estimate_job(
     key: str,
     attempt: int,
     inject: str | None = None,
+    hold_release: str | None = None,
 ) -> Obj:
     """A Job on the GPU server running `edgetrain estimate`; it publishes the cache ConfigMap."""
     name = short_name(patj["metadata"]["name"], f"estimate-{attempt}")
@@ -236,6 +246,7 @@ def estimate_job(
         files={"efficiency.json": out},
         labels=cm_labels,
         inject=inject,
+        hold_release=hold_release,
         extra=[*_pretrain_args(spec), "--", *cmd],
     )
     container = _container("estimate", settings, args, [])
@@ -352,6 +363,7 @@ def train_job(
     ckpt_dir: str,
     carry_from: str | None = None,
     inject: str | None = None,
+    hold_release: str | None = None,
     power_mode: tuple[int, int, int] | None = None,
 ) -> Obj:
     """A Job pinned to `node` running `edgetrain train` at b, annotated with f and the limit
@@ -379,6 +391,7 @@ def train_job(
     args = _worker_args(
         progress=progress_configmap_name(patj["metadata"]["name"]),
         inject=inject,
+        hold_release=hold_release,
         extra=[
             *extra,
             "--progress-interval", repr(settings.progress_interval_s),
@@ -440,3 +453,17 @@ def injected_failures(patj: Obj, settings: OperatorSettings) -> dict[str, int]:
         if sep and count.strip().isdigit():
             out[phase.strip()] = int(count)
     return out
+
+
+HOLDABLE_PHASES = ("estimate", "train")
+
+
+def injected_hold(patj: Obj, settings: OperatorSettings, phase_key: str) -> str | None:
+    """The release ConfigMap a held `phase_key` worker waits for, if the job's
+    `edgetrain.io/inject-hold: estimate,train` names that phase (only when enabled)."""
+    if not settings.fault_injection or phase_key not in HOLDABLE_PHASES:
+        return None
+    text = (patj["metadata"].get("annotations") or {}).get(ANNOTATION_INJECT_HOLD, "")
+    if phase_key not in {part.strip() for part in text.split(",")}:
+        return None
+    return release_configmap_name(patj["metadata"]["name"], phase_key)

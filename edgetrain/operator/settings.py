@@ -68,7 +68,8 @@ class OperatorSettings(BaseModel):
     )
     fault_injection: bool = Field(
         default=False,
-        description="honour the edgetrain.io/inject-failures annotation (tests only)",
+        description="honour the edgetrain.io/inject-failures and inject-hold annotations"
+        " (tests only)",
     )
     worker_service_account: str = Field(default="edgetrain-worker", pattern=DNS_SUBDOMAIN_PATTERN)
     peering: str | None = Field(

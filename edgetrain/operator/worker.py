@@ -4,11 +4,14 @@ It runs the command, passes its output through (the container log), and publishe
 ConfigMaps with the pod's service account: files into a cache ConfigMap on success, and the
 trainer's JSON progress lines into the job's progress ConfigMap while it runs. It forwards
 SIGTERM, so the trainer checkpoints and restores the GPU range when its pod is deleted.
+For fault tests it can hold the workload (paused) at its first progress line until a release
+ConfigMap exists.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -139,6 +142,36 @@ def retry_api(call: Callable[[], None], what: str, deadline_s: float = PUBLISH_R
             delay_s = min(delay_s * 2, 8.0)
 
 
+RELEASE_POLL_S = 0.5
+
+
+def is_progress_line(line: str) -> bool:
+    """A JSON progress line of any workload (the trainer's comes after each checkpoint)."""
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("event") == "progress"
+
+
+def wait_for_release(client: KubeClient, namespace: str, name: str, stop: threading.Event,
+                     poll_s: float = RELEASE_POLL_S) -> str:
+    """Poll until ConfigMap `name` exists or `stop` is set; why the wait ended, in words."""
+    path = api_path("v1", "configmaps", namespace, name)
+    while not stop.is_set():
+        try:
+            if client.get_or_none(path) is not None:
+                return f"configmap {name} exists"
+        except KubeApiError as exc:
+            if not (exc.code in (0, 429) or exc.code >= 500):
+                # A hold nobody can release (no RBAC to read it) must not wedge the pod.
+                return f"configmap {name} cannot be read ({exc})"
+        stop.wait(poll_s)
+    return "stopping"
+
+
 class StderrTail:
     """Passes a child's stderr through and keeps its last non-empty line (the one-line error)."""
 
@@ -187,6 +220,7 @@ def run_worker(
     progress_interval_s: float = 1.0,
     hold: bool = False,
     inject_failure: str | None = None,
+    hold_at_progress: str | None = None,
     carry_from: Path | None = None,
     carry_to: Path | None = None,
     pretrain: dict[str, Any] | None = None,
@@ -219,7 +253,9 @@ def run_worker(
     if carry_from is not None and carry_to is not None and carry_weights(carry_from, carry_to):
         # A re-plan changed the batch size: start the new segment from the last checkpoint.
         argv += ["--weights", str(carry_to)]
-    kube = client or (KubeClient.connect(sa_dir=sa_dir) if (publish or progress) else None)
+    kube = client or (
+        KubeClient.connect(sa_dir=sa_dir) if (publish or progress or hold_at_progress) else None
+    )
     publisher = (
         ProgressPublisher(kube, namespace, progress, progress_interval_s)
         if kube is not None and progress
@@ -229,19 +265,35 @@ def run_worker(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
     )
     errors = StderrTail(proc.stderr)
+    stopping = threading.Event()
 
     def forward(signum: int, _frame: object) -> None:
+        stopping.set()
+        proc.send_signal(signal.SIGCONT)  # a held workload must run to see the signal
         proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     assert proc.stdout is not None
+    hold_release = hold_at_progress if kube is not None else None
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
+        held = hold_release is not None and not stopping.is_set() and is_progress_line(line)
+        if held:
+            proc.send_signal(signal.SIGSTOP)  # first, so that it stops at this checkpoint
         event = TrainingEvent.from_line(line) if publisher is not None else None
         if publisher is not None and event is not None:
             publisher.offer(event)
+        if held and kube is not None and hold_release is not None:
+            if publisher is not None:
+                publisher.flush()  # the job's status shows where it is held
+            print(f"edgetrain worker: holding the workload until configmap {hold_release}"
+                  " exists (fault injection)", file=sys.stderr, flush=True)
+            why = wait_for_release(kube, namespace, hold_release, stopping)
+            proc.send_signal(signal.SIGCONT)
+            print(f"edgetrain worker: released: {why}", file=sys.stderr, flush=True)
+            hold_release = None
     code = proc.wait()
     errors.join()
     if publisher is not None:

@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.cluster import container_log as vnode_log
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.cluster.node import node_specs
 from edgetrain.device import GpuDevfreq
+from edgetrain.operator.manifests import release_configmap_name
 from tests.observability.test_chart import CHART, helm
 from tests.operator.conftest import job_manifest, patj_path
 
@@ -35,6 +37,10 @@ LEASE = {"leaseDurationSeconds": 8, "renewDeadlineSeconds": 5, "retryPeriodSecon
 JOB = {"dataset": {"name": "mnist", "limit": 3000},
        "batchSizes": [64], "budget": {"trainSamples": 8192, "evalIntervalSamples": 256}}
 CHECKPOINT_INTERVAL = 256  # the trainer checkpoints at every evaluation
+# A job's phases in order: a wait for one accepts any later one (it may have passed while the
+# test looked elsewhere); Failed counts as later than all, so the caller's assertion says why.
+PHASES = ("Pending", "EstimatingEfficiency", "Profiling", "Selecting", "Training", "Succeeded",
+          "Failed")
 
 
 @dataclass
@@ -71,19 +77,41 @@ class Fleet:
     release: str = "faults"
     started: float = field(default_factory=time.monotonic)
     stopped: set[str] = field(default_factory=set)  # pool nodes a test powered off
+    held: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job → phases held
 
     # --- jobs ---
 
-    def create(self, name: str, **spec: Any) -> str:
+    def create(self, name: str, hold: tuple[str, ...] = (), **spec: Any) -> str:
+        """Create a job; `hold` phases (estimate, train) pause at their first progress line
+        until `release_hold` (the operator's fault injection)."""
         manifest = job_manifest(name, placement={"nodeSelector": {"edgetrain.io/pool":
                                                                    self.pool}},
                                 **{**JOB, **spec})
+        if hold:
+            manifest["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: ",".join(hold)}
+        self.held[name] = hold
         deadline = time.monotonic() + 30
         while True:
             try:
                 self.kube.create(patj_path(self.ns), manifest)
                 return name
             except KubeApiError as exc:  # pooled connections of a restarted API server
+                if exc.code not in (0, 429, 500, 503) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def release_hold(self, name: str, phase: str) -> None:
+        """Let a held phase of a job go on (its worker polls for this ConfigMap)."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": release_configmap_name(name, phase)}}
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.kube.create(api_path("v1", "configmaps", self.ns), body)
+                return
+            except KubeApiError as exc:
+                if exc.code == 409:
+                    return
                 if exc.code not in (0, 429, 500, 503) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
@@ -113,11 +141,22 @@ class Fleet:
         return self.wait(name, lambda s: s.get("phase") in ("Succeeded", "Failed"),
                          "Succeeded or Failed", timeout_s)
 
+    def wait_phase(self, name: str, phase: str, also: Callable[[], bool] = lambda: True,
+                   what: str = "", timeout_s: float = 300) -> dict[str, Any]:
+        """`phase` with `also` true, or any later phase (the job did not wait for us)."""
+        def reached(s: dict[str, Any]) -> bool:
+            at = PHASES.index(s.get("phase") or "Pending")
+            return at > PHASES.index(phase) or (at == PHASES.index(phase) and also())
+
+        return self.wait(name, reached, f"{phase}{what} or later", timeout_s)
+
     def wait_training(self, name: str, timeout_s: float = 300) -> dict[str, Any]:
-        """Training with at least one checkpoint written (progress comes at checkpoints)."""
+        """Training, held at its first checkpoint (progress comes at checkpoints). Only a held
+        job stays there: without the hold it may finish before the first poll sees it."""
+        assert "train" in self.held.get(name, ()), f"job {name}: create it with hold=('train',)"
         return self.wait(name, lambda s: s.get("phase") == "Training"
                          and (s.get("training") or {}).get("samples", 0) > 0,
-                         "training past its first checkpoint", timeout_s)
+                         "training held at its first checkpoint", timeout_s)
 
     def objects(self, api_version: str, plural: str, selector: str) -> list[dict[str, Any]]:
         return list(self.kube.get(api_path(api_version, plural, self.ns),
@@ -270,8 +309,10 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
              "--set-json", "operator.settings.pollIntervalSeconds=1",
              "--set-json", "operator.settings.retryBackoffSeconds=1",
              "--set-json", "operator.settings.progressIntervalSeconds=0.5",
-             "--set-json", 'operator.extraEnv=[{"name":"EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S",'
-                           '"value":"0.3"}]',
+             "--set-json", "operator.extraEnv=" + json.dumps([
+                 {"name": "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S", "value": "0.3"},
+                 # edgetrain.io/inject-hold: tests hold a job where the fault is to hit.
+                 {"name": "EDGETRAIN_OPERATOR_FAULT_INJECTION", "value": "true"}]),
              "--set-json", f'agent.nodeSelector={{"edgetrain.io/pool":"{pool}"}}',
              "--set", f"agent.metrics.port={free_ports(1)[0]}",
              kubeconfig=cluster.kubeconfig)

@@ -84,24 +84,30 @@ def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
 
     transitions = int(fleet.lease()["spec"].get("leaseTransitions") or 0)
     # The acting replica dies and the job is created at once: it is Pending until a standby
-    # has taken over (a kill after the create would race with its first reconcile).
-    kill("Pending", lambda: fleet.create(name))
-    fleet.wait(name, lambda s: s.get("phase") == "EstimatingEfficiency"
-               and bool(fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")),
-               "estimating in a Job")
+    # has taken over (a kill after the create would race with its first reconcile). The
+    # estimate and the training pause at their first progress line until released, so the
+    # kills in those phases land there, not after a workload that finished in the meantime.
+    kill("Pending", lambda: fleet.create(name, hold=("estimate", "train")))
+    fleet.wait_phase(name, "EstimatingEfficiency",
+                     lambda: bool(fleet.objects("batch/v1", "jobs", f"edgetrain.io/job={name}")),
+                     " in a Job")
     kill("EstimatingEfficiency")
-    fleet.wait(name, lambda s: s.get("phase") == "Profiling"
-               and bool(fleet.objects("apps/v1", "daemonsets", f"edgetrain.io/job={name}")),
-               "profiling in a DaemonSet", timeout_s=300)
+    fleet.release_hold(name, "estimate")
+    # Profiling is not held (a pause would enter its timings): the kill lands where it is.
+    fleet.wait_phase(name, "Profiling",
+                     lambda: bool(fleet.objects("apps/v1", "daemonsets",
+                                                f"edgetrain.io/job={name}")),
+                     " in a DaemonSet")
     kill("Profiling")
     # Selecting is not a resting phase: one reconcile goes Profiling → Selecting → Training
-    # once the profile is there. The kill closest to it: when the profile lands.
+    # once the profile is there. The kill closest to it: when the profile lands (it stays).
     wait_until(lambda: fleet.objects("v1", "configmaps", "edgetrain.io/cache=profile"), 300,
                "the profile ConfigMap", interval_s=0.2)
     kill("profile landed (Selecting)")
     status = fleet.wait_training(name)
     pin = _kill_pinning_agent(fleet, name, status)
     kill("Training")
+    fleet.release_hold(name, "train")
     final = fleet.wait_done(name)
     for rec in [*kills, pin]:
         rec.final_phase, rec.lost_samples = final.get("phase"), 0
@@ -223,11 +229,12 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
     recs: dict[str, FaultRecord] = {}
     at: dict[str, float] = {}
     for name, delete in cases.items():
-        fleet.create(name)
+        fleet.create(name, hold=("train",))
         status = fleet.wait_training(name)
         nodes[name] = status["selection"]["node"]
         at[name] = time.monotonic()
         _power_off(fleet, nodes[name], delete)
+        fleet.release_hold(name, "train")  # the next attempt, on another node, trains through
         recs[name] = record(FaultRecord(
             f"training node {'deleted' if delete else 'NotReady (power lost)'}", name,
             "Training", detail=f"{nodes[name]}; {status['training']['samples']} samples seen"

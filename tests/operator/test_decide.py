@@ -458,3 +458,39 @@ def test_world_node_lookup() -> None:
     w = replace(world(), nodes=(node("a"), node("b")))
     assert w.node("b") == node("b") and w.node("c") is None
     assert (w.name, w.namespace) == ("j", "ns")
+
+
+def _worker_args(d: wd.Decision) -> list[str]:
+    (create,) = [a for a in d.actions if isinstance(a, wd.Create) and a.plural == "jobs"]
+    return list(create.body["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+FAULTS_ON = SETTINGS.model_copy(update={"fault_injection": True})
+START_ESTIMATE = (status(Phase.estimating), world())
+START_TRAINING = (status(Phase.training, **TRAINING), world(nodes=(node("n1"),)))
+
+
+@pytest.mark.parametrize(("annotation", "settings", "start", "release"), [
+    ("train", FAULTS_ON, START_TRAINING, "j-release-train"),
+    ("estimate, train", FAULTS_ON, START_ESTIMATE, "j-release-estimate"),
+    ("train", FAULTS_ON, START_ESTIMATE, None),  # only the phases named
+    ("estimate", FAULTS_ON, START_TRAINING, None),
+    ("train", SETTINGS, START_TRAINING, None),  # honoured only with fault injection on
+    (None, FAULTS_ON, START_TRAINING, None),
+    ("profile,train", FAULTS_ON, START_TRAINING, "j-release-train"),
+])
+def test_injected_hold_reaches_the_worker(
+    annotation: str | None, settings: OperatorSettings,
+    start: tuple[PowerAwareTrainingJobStatus, wd.World], release: str | None,
+) -> None:
+    """`edgetrain.io/inject-hold` names phases whose worker pauses until a release ConfigMap."""
+    before, w = start
+    annotations = {} if annotation is None else {"edgetrain.io/inject-hold": annotation}
+    w = replace(w, job={**JOB, "metadata": {**JOB["metadata"], "annotations": annotations}})
+    args = _worker_args(dc.decide(SPEC, before, w, settings))
+    if release is None:
+        assert "--hold-at-progress" not in args
+    else:
+        sep = args.index("--")
+        assert args[args.index("--hold-at-progress") + 1] == release
+        assert args.index("--hold-at-progress") < sep  # the worker's option, not the workload's

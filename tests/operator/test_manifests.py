@@ -8,6 +8,7 @@ from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCY_HZ,
     ANNOTATION_INJECT_FAILURES,
+    ANNOTATION_INJECT_HOLD,
     ANNOTATION_POWER_LIMIT_WATTS,
     POWER_MODE_ANNOTATIONS,
 )
@@ -133,6 +134,21 @@ def test_fault_injection_needs_the_setting() -> None:
     assert mf.injected_failures(patj, load_settings({})) == {}
     on = load_settings({}, fault_injection=True)
     assert mf.injected_failures(patj, on) == {"estimate": 2, "train": 1}
+
+
+def test_injected_hold_names_a_release_configmap_per_phase() -> None:
+    patj = {"metadata": {**PATJ["metadata"],
+                         "annotations": {ANNOTATION_INJECT_HOLD: " estimate ,train,profile"}}}
+    on = load_settings({}, fault_injection=True)
+    assert mf.injected_hold(patj, load_settings({}), "train") is None
+    assert mf.injected_hold(patj, on, "train") == "j1-release-train"
+    assert mf.injected_hold(patj, on, "estimate") == "j1-release-estimate"
+    assert mf.injected_hold(patj, on, "profile") is None  # a pause would enter its timings
+    assert mf.injected_hold(PATJ, on, "train") is None
+    job = mf.train_job(patj, SPEC, on, node="n1", batch_size=64, gpu_frequency_hz=1,
+                       attempt=1, ckpt_dir="/c", hold_release="j1-release-train")
+    args = _args(job)
+    assert args[args.index("--hold-at-progress") + 1] == "j1-release-train"
 
 
 def test_cache_keys_are_stable_and_distinct() -> None:

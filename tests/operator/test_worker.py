@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,11 @@ class FakeKube:
     def __init__(self, existing: set[str] | None = None) -> None:
         self.existing = set(existing or ())
         self.calls: list[tuple[str, str, Any]] = []
+        self.asked = threading.Event()  # someone polled with get_or_none
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        self.asked.set()
+        return {} if path.rsplit("/", 1)[-1] in self.existing else None
 
     def patch(self, path: str, body: Any, patch_type: str = "merge") -> dict[str, Any]:
         self.calls.append(("patch", path, body))
@@ -129,3 +138,75 @@ def test_bad_input_line_becomes_the_termination_message(
     log.unlink()
     assert run_worker(_child([], 0), namespace="ns") == 0
     assert not log.exists()  # success writes no termination message
+
+
+PROGRESS_THEN_STAMP = (
+    "import json, sys, time\n"
+    "print(json.dumps({'event': 'progress', 'samples': 256}), flush=True)\n"
+    "time.sleep(0.5)\n"
+    "print(json.dumps({'event': 'after', 'time': time.time()}), flush=True)\n"
+)
+
+
+def test_hold_pauses_the_workload_at_its_first_progress_line_until_released(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Fault injection: the workload stops after its first progress line (published at once)
+    and runs on only once the release ConfigMap exists."""
+    kube = FakeKube({"prog"})
+    released: dict[str, Any] = {}
+
+    def release() -> None:
+        kube.asked.wait(30)
+        time.sleep(2.0)
+        released["sent_before"] = [c[2]["data"] for c in kube.calls]
+        released["at"] = time.time()
+        kube.existing.add("rel")
+
+    threading.Thread(target=release, daemon=True).start()
+    code = run_worker([sys.executable, "-c", PROGRESS_THEN_STAMP], namespace="ns",
+                      progress="prog", progress_interval_s=60, hold_at_progress="rel",
+                      client=kube)  # type: ignore[arg-type]
+    assert code == 0
+    out, err = capfd.readouterr()
+    after = next(json.loads(line) for line in out.splitlines() if '"after"' in line)
+    # The child slept 0.5 s after its progress line: it ran on only after the release.
+    assert after["time"] >= released["at"], (after, released)
+    assert json.loads(released["sent_before"][0][PROGRESS_KEY])["samples"] == 256
+    assert "holding the workload until configmap rel" in err and "released" in err
+
+
+def test_sigterm_ends_a_held_workload() -> None:
+    """A held workload still gets SIGTERM (its pod deleted): continued, then signalled."""
+    kube = FakeKube()  # never released
+    script = (
+        "import json, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\n"
+        "print(json.dumps({'event': 'progress', 'samples': 1}), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def terminate() -> None:
+        if kube.asked.wait(30):  # the worker holds (its handler is in place)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate, daemon=True).start()
+    started = time.monotonic()
+    try:
+        code = run_worker([sys.executable, "-c", script], namespace="ns",
+                          hold_at_progress="rel", client=kube)  # type: ignore[arg-type]
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert code == 3 and time.monotonic() - started < 30
+
+
+def test_a_release_nobody_can_read_does_not_hold(capfd: pytest.CaptureFixture[str]) -> None:
+    class Forbidden(FakeKube):
+        def get_or_none(self, path: str) -> dict[str, Any] | None:
+            raise KubeApiError("GET", path, 403, "Forbidden", "")
+
+    code = run_worker([sys.executable, "-c", PROGRESS_THEN_STAMP], namespace="ns",
+                      hold_at_progress="rel", client=Forbidden())  # type: ignore[arg-type]
+    assert code == 0 and "cannot be read" in capfd.readouterr().err
