@@ -19,7 +19,7 @@ from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
-from edgetrain.cluster.node import node_specs
+from edgetrain.cluster.nodes import node_specs
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
 from edgetrain.cluster.vnode import VNodeAgent

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edgetrain.cluster.binaries import K8S_VERSION, BinaryMissingError
 from edgetrain.cluster.controlplane import LocalCluster
-from edgetrain.cluster.node import VNodeSpec, node_specs
+from edgetrain.cluster.nodes import VNodeSpec, node_specs
 from edgetrain.cluster.pod_status import container_log
 from edgetrain.cluster.process import ComponentError
 from edgetrain.cluster.vnode import VNodeAgent

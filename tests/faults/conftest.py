@@ -20,7 +20,7 @@ import pytest
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.cluster import container_log as vnode_log
 from edgetrain.cluster.controlplane import free_ports
-from edgetrain.cluster.node import node_specs
+from edgetrain.cluster.nodes import node_specs
 from edgetrain.device import GpuDevfreq
 from tests.observability.test_chart import CHART, helm
 from tests.operator.conftest import job_manifest, patj_path
