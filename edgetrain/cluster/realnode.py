@@ -1,0 +1,505 @@
+"""A real server node: a kubelet built from the control plane's own module graph, containerd
+2.x, runc and the CNI bridge plugin, with everything under the cluster's directory
+(docs/cluster.md, "A real server node"). `teardown` removes it again, including what the
+kubelet and containerd leave outside that directory (hard-coded host paths, mounts, cgroups,
+the cluster's interfaces, the ip_forward sysctl)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
+from edgetrain.cluster import binaries
+from edgetrain.cluster.hostnet import (
+    CNI_BIN_DIR,
+    NodeNetwork,
+    create_dummy,
+    read_ip_forward,
+    remove_links,
+    restore_ip_forward,
+)
+from edgetrain.cluster.images import PAUSE_IMAGE, ctr_import, write_pause_archive
+from edgetrain.cluster.kubeconfig import write_kubeconfig
+from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
+from edgetrain.cluster.process import ComponentError, ManagedProcess, pid_cmdline, rss_bytes
+from edgetrain.kube import KubeClient, api_path, node_ready
+
+NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "pause")
+STATE_FILE = "realnode.json"
+KUBELET_PORT = 10250
+# Host paths the kubelet and containerd write whatever their configuration says: each one
+# that did not exist before `cluster up` is removed by `teardown`.
+HOST_PATHS = (
+    "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
+    "/var/lib/cni", "/etc/cni", "/var/run/netns", "/opt/containerd", "/var/lib/containerd",
+    "/usr/libexec/kubernetes", "/etc/kubernetes", "/run/nri", "/var/run/nri",
+)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def missing_binaries() -> list[str]:
+    """Node binaries `make cluster-bins` has not built yet."""
+    return [b for b in NODE_BINARIES if not os.access(binaries.bin_dir() / b, os.X_OK)]
+
+
+def _kubepods_dirs() -> list[Path]:
+    """The kubelet's pod cgroups in every hierarchy (v1) or the unified one (v2)."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT / "kubepods"]
+    return [d / "kubepods" for d in sorted(CGROUP_ROOT.iterdir())
+            if d.is_dir() and not d.is_symlink()]
+
+
+@dataclass
+class RealNode:
+    """One kubelet + containerd node of the cluster in `run_dir` (a ClusterNode)."""
+
+    run_dir: Path
+    name: str
+    net: NodeNetwork
+    api_port: int
+    labels: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, ManagedProcess] = field(default_factory=dict)
+
+    # --- paths and identity ---
+
+    @property
+    def dir(self) -> Path:
+        """Everything of the node: configs, containerd's root and state, the kubelet's root."""
+        return self.run_dir / "node"
+
+    @property
+    def address(self) -> str:
+        """The Node's InternalIP, on the cluster's dummy interface."""
+        return self.net.node_ip
+
+    @property
+    def socket(self) -> Path:
+        """containerd's CRI socket."""
+        return self.dir / "containerd" / "containerd.sock"
+
+    @property
+    def runtime(self) -> str:
+        """containerd://<version>, as the kubelet reports it."""
+        out = subprocess.run([str(binaries.bin_dir() / "containerd"), "--version"],
+                             capture_output=True, text=True, check=False).stdout.split()
+        return f"containerd://{out[2] if len(out) > 2 else 'unknown'}"
+
+    def log_path(self, name: str) -> Path:
+        """Log of one of the node's processes."""
+        return self.run_dir / "logs" / f"{name}.log"
+
+    # --- lifecycle ---
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Interfaces, configs, containerd, the pause image, the API relay, the kubelet; wait
+        until the Node is Ready. Whatever fails leaves state for `teardown`."""
+        self._save_state()
+        create_dummy(self.net)
+        pki = Pki(self.run_dir / "pki")
+        self._write_configs(pki)
+        self._start_containerd(timeout_s)
+        write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
+        ctr_import(binaries.bin_dir() / "ctr", self.socket, self.dir / "pause.oci.tar",
+                   PAUSE_IMAGE)
+        self._spawn("api-relay", [
+            os.environ.get("EDGETRAIN_PYTHON", _python()), "-m", "edgetrain.cluster.relay",
+            self.net.api_service_ip, "443", "127.0.0.1", str(self.api_port)])
+        self._start_kubelet(pki, timeout_s)
+
+    def stop(self) -> None:
+        """Everything `start` did, undone (see `teardown`)."""
+        teardown(self.run_dir)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+               ) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, self.log_path(name), env=env, detached=True).start()
+        self.procs[name] = proc
+        self._save_state()
+        return proc
+
+    def _save_state(self) -> None:
+        path = self.run_dir / STATE_FILE
+        old: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            old = json.loads(path.read_text())
+        # What existed before the first start is what must survive teardown.
+        existed = old.get("host_paths_existed") or [p for p in HOST_PATHS if os.path.lexists(p)]
+        kubepods = old.get("kubepods_existed")
+        if kubepods is None:
+            kubepods = [str(d) for d in _kubepods_dirs() if d.exists()]
+        state = {
+            "name": self.name, "net": self.net.to_json(), "dir": str(self.dir),
+            "host_paths_existed": existed, "kubepods_existed": kubepods,
+            "ip_forward": old.get("ip_forward", read_ip_forward()),
+            "pids": {n: {"pid": p.pid, "argv0": p.argv[0]} for n, p in self.procs.items()},
+            "bin_dir": str(binaries.bin_dir()),
+        }
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(state, indent=2).encode(), mode=0o644)
+
+    # --- configuration ---
+
+    def _write_configs(self, pki: Pki) -> None:
+        d = self.dir
+        for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pki", "pod-logs",
+                    "volume-plugins"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        crt, key = issue_serving_pair(self.name, [self.address], pki)
+        write_atomic(d / "pki" / "kubelet.crt", crt, mode=0o644)
+        write_atomic(d / "pki" / "kubelet.key", key)
+        ccrt, ckey = issue_client_pair(pki, f"system:node:{self.name}", "system:nodes")
+        write_atomic(d / "pki" / "kubelet-client.crt", ccrt, mode=0o644)
+        write_atomic(d / "pki" / "kubelet-client.key", ckey)
+        write_kubeconfig(d / "kubelet.kubeconfig", server=f"https://127.0.0.1:{self.api_port}",
+                         ca_crt=pki.ca_crt, client_crt=d / "pki" / "kubelet-client.crt",
+                         client_key=d / "pki" / "kubelet-client.key",
+                         user=f"system:node:{self.name}")
+        write_atomic(d / "containerd" / "config.toml", self._containerd_toml().encode(), 0o644)
+        write_atomic(d / "cni" / "net.d" / "10-edgetrain.conflist",
+                     json.dumps(self._cni_conf(), indent=2).encode(), 0o644)
+        write_atomic(d / "kubelet" / "config.yaml",
+                     json.dumps(self._kubelet_config(pki), indent=2).encode(), 0o644)
+
+    def _containerd_toml(self) -> str:
+        c = self.dir / "containerd"
+        runc = shutil.which("runc") or "runc"
+        return f"""# Written by `edgetrain cluster up`: containerd of the cluster's real node. Every
+# path is under the cluster's directory; docs/cluster.md says why each setting is needed.
+version = 4
+root = "{c / 'root'}"
+state = "{c / 'state'}"
+imports = []
+
+[plugins."io.containerd.server.v1.grpc"]
+  address = "{self.socket}"
+
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "{self.socket}.ttrpc"
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{c / 'opt'}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_tls_streaming = false
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+  Root = "{c / 'runc'}"
+  SystemdCgroup = false
+
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["{CNI_BIN_DIR}"]
+  conf_dir = "{self.dir / 'cni' / 'net.d'}"
+  max_conf_num = 1
+"""
+
+    def _cni_conf(self) -> dict[str, Any]:
+        net = self.net
+        return {
+            "cniVersion": "1.0.0",
+            "name": net.network_name,
+            "plugins": [{
+                "type": "bridge",
+                "bridge": net.bridge,
+                "isGateway": True,
+                "ipMasq": False,  # no NAT, no iptables: pods reach this machine only
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(self.dir / "cni" / "ipam"),
+                    "ranges": [[{"subnet": net.pod_subnet, "gateway": net.pod_gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            }],
+        }
+
+    def _kubelet_config(self, pki: Pki) -> dict[str, Any]:
+        d = self.dir
+        endpoint = f"unix://{self.socket}"
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.address,
+            "port": KUBELET_PORT,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": 0,
+            "tlsCertFile": str(d / "pki" / "kubelet.crt"),
+            "tlsPrivateKeyFile": str(d / "pki" / "kubelet.key"),
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(pki.ca_crt)}},
+            "authorization": {"mode": "Webhook"},
+            "containerRuntimeEndpoint": endpoint,
+            "imageServiceEndpoint": endpoint,
+            # This host: cgroup v1 (hybrid), no systemd as PID 1.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "failSwapOn": False,
+            # Else a host-wide KUBE-FIREWALL DROP rule for non-loopback sources to 127/8.
+            "makeIPTablesUtilChains": False,
+            "podLogsDir": str(d / "pod-logs"),
+            "volumePluginDir": str(d / "volume-plugins"),
+            "staticPodPath": "",
+            "resolvConf": "/etc/resolv.conf",
+            # Images come from `cluster up`, never from a registry: garbage collection would
+            # delete an image nothing can pull again; eviction thresholds suit a shared host.
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "serializeImagePulls": False,
+            "nodeStatusReportFrequency": "10s",
+        }
+
+    # --- processes ---
+
+    def _start_containerd(self, timeout_s: float) -> None:
+        env = dict(os.environ)
+        # Its own shim first: containerd finds containerd-shim-runc-v2 on PATH.
+        env["PATH"] = f"{binaries.bin_dir()}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        proc = self._spawn("containerd", [
+            str(binaries.bin_dir() / "containerd"),
+            f"--config={self.dir / 'containerd' / 'config.toml'}", "--log-level=warn"], env)
+        ctr = [str(binaries.bin_dir() / "ctr"), "--address", str(self.socket), "version"]
+        proc.wait_ready(lambda: subprocess.run(ctr, capture_output=True, timeout=5,
+                                               check=False).returncode == 0,
+                        timeout_s, "serving its socket")
+
+    def _start_kubelet(self, pki: Pki, timeout_s: float) -> None:
+        d = self.dir
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        env = dict(os.environ)
+        env["PATH"] = f"{binaries.bin_dir()}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        proc = self._spawn("kubelet", [
+            str(binaries.bin_dir() / "kubelet"),
+            f"--config={d / 'kubelet' / 'config.yaml'}",
+            f"--kubeconfig={d / 'kubelet.kubeconfig'}",
+            f"--root-dir={d / 'kubelet-root'}",
+            f"--cert-dir={d / 'pki'}",
+            f"--node-ip={self.address}",
+            f"--hostname-override={self.name}",
+            *([f"--node-labels={labels}"] if labels else []),
+            "--v=1",
+        ], env)
+        path = api_path("v1", "nodes", name=self.name)
+        with KubeClient.from_kubeconfig(self.run_dir / "kubeconfig") as client:
+            def ready() -> bool:
+                node = client.get_or_none(path)
+                return node is not None and node_ready(node)
+            proc.wait_ready(ready, timeout_s, "a Ready Node")
+
+    def memory_rss_bytes(self) -> dict[str, int]:
+        """Resident memory of the node's own processes and its pods' shims."""
+        out = {n: rss_bytes(p.pid) for n, p in self.procs.items()}
+        out["shims"] = sum(rss_bytes(pid) for pid in _pids_running(
+            str(binaries.bin_dir() / "containerd-shim-runc-v2")))
+        return out
+
+
+def server_labels(name: str, board: str = "gpu-server") -> dict[str, str]:
+    """What the kubelet registers itself with: edgetrain's labels of a server node (no
+    `virtual`: this one is not)."""
+    return {LABEL_NODE_KIND: "server", LABEL_DEVICE_MODEL: board,
+            "node.kubernetes.io/instance-type": board}
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _pids_running(exe: str) -> list[int]:
+    """Pids whose argv[0] is `exe`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmd = pid_cmdline(int(entry.name))
+            if cmd and cmd[0] == exe:
+                out.append(int(entry.name))
+    return out
+
+
+def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+
+
+def _stop_pid(pid: int, argv0: str, grace_s: float) -> None:
+    cmd = pid_cmdline(pid)
+    if not cmd or cmd[0] != argv0:
+        return  # gone, or the pid was reused
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    _wait_gone([pid], grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    _wait_gone([pid], 5.0)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below `root`, deepest first."""
+    found = []
+    prefix = str(root.resolve())
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return sorted(set(found), key=lambda p: (-p.count("/"), p))
+
+
+def _cgroup_pids(dirs: list[Path]) -> list[int]:
+    pids = []
+    for d in dirs:
+        for procs in d.rglob("cgroup.procs") if d.exists() else []:
+            with contextlib.suppress(OSError, ValueError):
+                pids += [int(x) for x in procs.read_text().split()]
+    return pids
+
+
+def _remove_cgroups(dirs: list[Path]) -> None:
+    for d in dirs:
+        if not d.exists():
+            continue
+        for sub in sorted((p for p in d.rglob("*") if p.is_dir()),
+                          key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def teardown(run_dir: Path, log: Callable[[str], None] = lambda _m: None) -> bool:
+    """Stop the real node of the cluster in `run_dir` and remove all it left on this host;
+    False if there was none. Idempotent."""
+    state_path = run_dir / STATE_FILE
+    try:
+        state: dict[str, Any] = json.loads(state_path.read_text())
+    except (OSError, ValueError):
+        return False
+    bin_dir = Path(state.get("bin_dir", str(binaries.bin_dir())))
+    node_dir = Path(state["dir"])
+    pids = state.get("pids", {})
+    # 1. The kubelet first, so it restarts nothing; then every pod through the CRI (stops the
+    #    containers, tears the CNI down, unmounts /dev/shm and the network namespaces).
+    if "kubelet" in pids:
+        _stop_pid(int(pids["kubelet"]["pid"]), pids["kubelet"]["argv0"], 2.0)
+    sock = node_dir / "containerd" / "containerd.sock"
+    if sock.exists() and (bin_dir / "crictl").exists():
+        crictl = [str(bin_dir / "crictl"), "--runtime-endpoint", f"unix://{sock}",
+                  "--timeout", "20s"]
+        subprocess.run([*crictl, "rmp", "--all", "--force"], capture_output=True, timeout=90,
+                       check=False)
+    for name in ("api-relay", "containerd"):
+        if name in pids:
+            _stop_pid(int(pids[name]["pid"]), pids[name]["argv0"], 10.0)
+    # 2. Whatever survived: shims and the processes in the pods' cgroups.
+    shims = _pids_running(str(bin_dir / "containerd-shim-runc-v2"))
+    existed = [Path(p) for p in state.get("kubepods_existed", [])]
+    ours = [d for d in _kubepods_dirs() if d not in existed]
+    leftover = _cgroup_pids(ours) + shims
+    _kill(leftover)
+    _wait_gone(leftover, 10.0)
+    _remove_cgroups(ours)
+    # 3. Mounts (the kubelet's rshared root, volumes, rootfs, netns), then the files.
+    for point in mounts_under(run_dir):
+        res = subprocess.run(["umount", point], capture_output=True, check=False)
+        if res.returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    net = NodeNetwork(**state["net"])
+    remove_links(net)
+    restore_ip_forward(str(state.get("ip_forward", "")))
+    existed_paths = set(state.get("host_paths_existed", []))
+    for p in HOST_PATHS:
+        if p not in existed_paths and os.path.lexists(p):
+            shutil.rmtree(p, ignore_errors=True)
+    _remove_our_traces(node_dir, net, existed_paths)
+    shutil.rmtree(node_dir, ignore_errors=True)
+    state_path.unlink(missing_ok=True)
+    log(f"real node {state['name']}: stopped; interfaces, mounts and host files removed")
+    return True
+
+
+def _remove_our_traces(node_dir: Path, net: NodeNetwork, existed: set[str]) -> None:
+    """In host directories that existed before: only what this node put there."""
+    if "/var/log/containers" in existed:
+        for link in Path("/var/log/containers").glob("*.log"):
+            with contextlib.suppress(OSError):
+                if str(node_dir) in os.readlink(link):
+                    link.unlink()
+    if "/var/lib/cni" in existed:
+        for f in Path("/var/lib/cni/results").glob(f"{net.network_name}-*"):
+            f.unlink(missing_ok=True)
+    if "/var/lib/kubelet" in existed:
+        for sock in ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock"):
+            Path("/var/lib/kubelet", sock).unlink(missing_ok=True)
+    if "/run/containerd" in existed:
+        # Shim sockets are hard-coded under /run/containerd/s; runc state is under the node.
+        for f in Path("/run/containerd/s").glob("*"):
+            with contextlib.suppress(OSError):
+                if not _socket_in_use(f):
+                    f.unlink()
+
+
+def _socket_in_use(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return str(path) in Path("/proc/net/unix").read_text()
+    return False
+
+
+def leftovers(run_dir: Path, state: dict[str, Any]) -> list[str]:
+    """What a real node left behind after teardown (empty when clean), for tests and status."""
+    found = []
+    bin_dir = Path(state.get("bin_dir", str(binaries.bin_dir())))
+    for b in ("kubelet", "containerd", "containerd-shim-runc-v2"):
+        found += [f"process {pid} ({b})" for pid in _pids_running(str(bin_dir / b))]
+    found += [f"mount {m}" for m in mounts_under(run_dir)]
+    net = NodeNetwork(**state["net"])
+    found += [f"interface {n}" for n in (net.dummy, net.bridge)
+              if Path("/sys/class/net", n).exists()]
+    existed = set(state.get("host_paths_existed", []))
+    found += [f"path {p}" for p in HOST_PATHS if p not in existed and os.path.lexists(p)]
+    ours = [d for d in _kubepods_dirs() if str(d) not in state.get("kubepods_existed", [])]
+    found += [f"cgroup {d}" for d in ours if d.exists()]
+    if (run_dir / STATE_FILE).exists() or Path(state["dir"]).exists():
+        found.append(f"node files under {state['dir']}")
+    return found
+
+
+__all__ = ["ComponentError", "RealNode", "leftovers", "missing_binaries", "server_labels",
+           "teardown"]
