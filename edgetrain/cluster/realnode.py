@@ -31,7 +31,13 @@ from edgetrain.cluster.hostnet import (
 from edgetrain.cluster.images import PAUSE_IMAGE, ctr_import, write_pause_archive
 from edgetrain.cluster.kubeconfig import write_kubeconfig
 from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
-from edgetrain.cluster.process import ComponentError, ManagedProcess, pid_cmdline, rss_bytes
+from edgetrain.cluster.process import (
+    ComponentError,
+    ManagedProcess,
+    pid_alive,
+    pid_cmdline,
+    rss_bytes,
+)
 from edgetrain.kube import KubeClient, api_path, node_ready
 
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "pause")
@@ -355,7 +361,7 @@ def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
 
 
