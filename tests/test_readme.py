@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ def run_block(script: str, tmp_path: Path, timeout_s: float,
 
 
 @pytest.mark.slow
-def test_on_a_cluster_block_runs_as_written(tmp_path: Path) -> None:
+def test_on_a_cluster_block_runs_as_written() -> None:
     """cluster up, helm install --wait, a job to Succeeded, kubectl logs, cluster down: the
     operator runs from its image on the real server node (a kubelet with containerd) where
     this host can run one, the node agents and the job's pods on virtual nodes; nothing of
@@ -46,6 +48,8 @@ def test_on_a_cluster_block_runs_as_written(tmp_path: Path) -> None:
     # The block's last command tears the cluster down: run it after looking inside.
     body, last = script.rstrip().rsplit("\n", 1)
     assert last.split("#")[0].strip() == "edgetrain cluster down", last
+    # A short directory: the real node's unix sockets live under it (107-byte paths at most).
+    tmp_path = Path(tempfile.mkdtemp(prefix="et-readme-"))
     run_dir = tmp_path / "cluster"
     reason = real_node_unavailable()
     try:
@@ -67,6 +71,7 @@ def test_on_a_cluster_block_runs_as_written(tmp_path: Path) -> None:
             pytest.fail(f"no real node in CI: {reason}")
         pytest.skip(f"the block ran on virtual nodes only; real-node checks: {reason}")
     assert leftovers(run_dir, state) == []
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def _operator_runs_from_its_image_on_the_real_node(run_dir: Path) -> None:

@@ -43,13 +43,16 @@ from edgetrain.kube import KubeClient, api_path, node_ready
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "pause")
 STATE_FILE = "realnode.json"
 KUBELET_PORT = 10250
+UNIX_PATH_MAX = 104  # containerd's limit (sun_path is 108 bytes with the NUL on Linux)
 # Host paths the kubelet and containerd write whatever their configuration says: each one
 # that did not exist before `cluster up` is removed by `teardown`.
 HOST_PATHS = (
     "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
-    "/var/lib/cni", "/etc/cni", "/var/run/netns", "/opt/containerd", "/var/lib/containerd",
-    "/usr/libexec/kubernetes", "/etc/kubernetes", "/run/nri", "/var/run/nri",
+    "/opt/containerd", "/var/lib/containerd", "/usr/libexec/kubernetes", "/etc/kubernetes",
+    "/run/nri", "/var/run/nri",
 )
+# Shared with other CNI users (podman): only this node's entries go, then empty directories.
+SHARED_PATHS = ("/var/lib/cni", "/etc/cni", "/var/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -92,7 +95,7 @@ class RealNode:
     @property
     def socket(self) -> Path:
         """containerd's CRI socket."""
-        return self.dir / "containerd" / "containerd.sock"
+        return self.dir / "ctd" / "ctd.sock"
 
     @property
     def runtime(self) -> str:
@@ -100,6 +103,21 @@ class RealNode:
         out = subprocess.run([str(binaries.bin_dir() / "containerd"), "--version"],
                              capture_output=True, text=True, check=False).stdout.split()
         return f"containerd://{out[2] if len(out) > 2 else 'unknown'}"
+
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's --root-dir (pods' volumes, its own sockets)."""
+        return self.dir / "k"
+
+    def check_path_lengths(self) -> None:
+        """Unix sockets take at most 107 bytes of path: refuse a directory too deep, saying so
+        (the kubelet's own sockets live under its root; containerd's next to its config)."""
+        longest = max(len(str(self.socket) + ".ttrpc"),
+                      len(str(self.kubelet_root / "pod-resources" / "kubelet.sock")))
+        if longest > UNIX_PATH_MAX:
+            raise RuntimeError(
+                f"the cluster directory {self.run_dir} is too long for the node's unix sockets "
+                f"({longest} > {UNIX_PATH_MAX} bytes): use a shorter --dir")
 
     def log_path(self, name: str) -> Path:
         """Log of one of the node's processes."""
@@ -110,6 +128,7 @@ class RealNode:
     def start(self, timeout_s: float = 120.0) -> None:
         """Interfaces, configs, containerd, the pause image, the API relay, the kubelet; wait
         until the Node is Ready. Whatever fails leaves state for `teardown`."""
+        self.check_path_lengths()
         self._save_state()
         create_dummy(self.net)
         pki = Pki(self.run_dir / "pki")
@@ -140,7 +159,8 @@ class RealNode:
         with contextlib.suppress(OSError, ValueError):
             old = json.loads(path.read_text())
         # What existed before the first start is what must survive teardown.
-        existed = old.get("host_paths_existed") or [p for p in HOST_PATHS if os.path.lexists(p)]
+        existed = old.get("host_paths_existed") or [
+            p for p in (*HOST_PATHS, *SHARED_PATHS) if os.path.lexists(p)]
         kubepods = old.get("kubepods_existed")
         if kubepods is None:
             kubepods = [str(d) for d in _kubepods_dirs() if d.exists()]
@@ -158,7 +178,7 @@ class RealNode:
 
     def _write_configs(self, pki: Pki) -> None:
         d = self.dir
-        for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pki", "pod-logs",
+        for sub in ("ctd", "cni/net.d", "cni/ipam", "kubelet", "pki", "pod-logs",
                     "volume-plugins"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         crt, key = issue_serving_pair(self.name, [self.address], pki)
@@ -171,14 +191,14 @@ class RealNode:
                          ca_crt=pki.ca_crt, client_crt=d / "pki" / "kubelet-client.crt",
                          client_key=d / "pki" / "kubelet-client.key",
                          user=f"system:node:{self.name}")
-        write_atomic(d / "containerd" / "config.toml", self._containerd_toml().encode(), 0o644)
+        write_atomic(d / "ctd" / "config.toml", self._containerd_toml().encode(), 0o644)
         write_atomic(d / "cni" / "net.d" / "10-edgetrain.conflist",
                      json.dumps(self._cni_conf(), indent=2).encode(), 0o644)
         write_atomic(d / "kubelet" / "config.yaml",
                      json.dumps(self._kubelet_config(pki), indent=2).encode(), 0o644)
 
     def _containerd_toml(self) -> str:
-        c = self.dir / "containerd"
+        c = self.dir / "ctd"
         runc = shutil.which("runc") or "runc"
         return f"""# Written by `edgetrain cluster up`: containerd of the cluster's real node. Every
 # path is under the cluster's directory; docs/cluster.md says why each setting is needed.
@@ -292,7 +312,7 @@ imports = []
         env["PATH"] = f"{binaries.bin_dir()}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         proc = self._spawn("containerd", [
             str(binaries.bin_dir() / "containerd"),
-            f"--config={self.dir / 'containerd' / 'config.toml'}", "--log-level=warn"], env)
+            f"--config={self.dir / 'ctd' / 'config.toml'}", "--log-level=warn"], env)
         ctr = [str(binaries.bin_dir() / "ctr"), "--address", str(self.socket), "version"]
         proc.wait_ready(lambda: subprocess.run(ctr, capture_output=True, timeout=5,
                                                check=False).returncode == 0,
@@ -307,7 +327,7 @@ imports = []
             str(binaries.bin_dir() / "kubelet"),
             f"--config={d / 'kubelet' / 'config.yaml'}",
             f"--kubeconfig={d / 'kubelet.kubeconfig'}",
-            f"--root-dir={d / 'kubelet-root'}",
+            f"--root-dir={self.kubelet_root}",
             f"--cert-dir={d / 'pki'}",
             f"--node-ip={self.address}",
             f"--hostname-override={self.name}",
@@ -425,7 +445,7 @@ def teardown(run_dir: Path, log: Callable[[str], None] = lambda _m: None) -> boo
     #    containers, tears the CNI down, unmounts /dev/shm and the network namespaces).
     if "kubelet" in pids:
         _stop_pid(int(pids["kubelet"]["pid"]), pids["kubelet"]["argv0"], 2.0)
-    sock = node_dir / "containerd" / "containerd.sock"
+    sock = node_dir / "ctd" / "ctd.sock"
     if sock.exists() and (bin_dir / "crictl").exists():
         crictl = [str(bin_dir / "crictl"), "--runtime-endpoint", f"unix://{sock}",
                   "--timeout", "20s"]
@@ -455,6 +475,9 @@ def teardown(run_dir: Path, log: Callable[[str], None] = lambda _m: None) -> boo
         if p not in existed_paths and os.path.lexists(p):
             shutil.rmtree(p, ignore_errors=True)
     _remove_our_traces(node_dir, net, existed_paths)
+    for p in SHARED_PATHS:
+        if p not in existed_paths:
+            _prune_empty(Path(p))
     shutil.rmtree(node_dir, ignore_errors=True)
     state_path.unlink(missing_ok=True)
     log(f"real node {state['name']}: stopped; interfaces, mounts and host files removed")
@@ -468,9 +491,8 @@ def _remove_our_traces(node_dir: Path, net: NodeNetwork, existed: set[str]) -> N
             with contextlib.suppress(OSError):
                 if str(node_dir) in os.readlink(link):
                     link.unlink()
-    if "/var/lib/cni" in existed:
-        for f in Path("/var/lib/cni/results").glob(f"{net.network_name}-*"):
-            f.unlink(missing_ok=True)
+    for f in Path("/var/lib/cni/results").glob(f"{net.network_name}-*"):
+        f.unlink(missing_ok=True)
     if "/var/lib/kubelet" in existed:
         for sock in ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock"):
             Path("/var/lib/kubelet", sock).unlink(missing_ok=True)
@@ -480,6 +502,18 @@ def _remove_our_traces(node_dir: Path, net: NodeNetwork, existed: set[str]) -> N
             with contextlib.suppress(OSError):
                 if not _socket_in_use(f):
                     f.unlink()
+
+
+def _prune_empty(root: Path) -> None:
+    """Remove `root` and the directories under it that are empty (bottom up)."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    for sub in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
+                      key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def _socket_in_use(path: Path) -> bool:
@@ -500,6 +534,7 @@ def leftovers(run_dir: Path, state: dict[str, Any]) -> list[str]:
               if Path("/sys/class/net", n).exists()]
     existed = set(state.get("host_paths_existed", []))
     found += [f"path {p}" for p in HOST_PATHS if p not in existed and os.path.lexists(p)]
+    found += [f"path {f}" for f in Path("/var/lib/cni/results").glob(f"{net.network_name}-*")]
     ours = [d for d in _kubepods_dirs() if str(d) not in state.get("kubepods_existed", [])]
     found += [f"cgroup {d}" for d in ours if d.exists()]
     if (run_dir / STATE_FILE).exists() or Path(state["dir"]).exists():
