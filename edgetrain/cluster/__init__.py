@@ -1,5 +1,6 @@
-"""Local Kubernetes for edgetrain: a real control plane built from Go modules, virtual Jetson
-nodes that run pods as local processes over a device twin, and kwok idle nodes."""
+"""Local Kubernetes for edgetrain: a real control plane built from Go modules, a real server
+node (kubelet + containerd, realnode.py) where the host can run one, virtual Jetson nodes that
+run pods as local processes over a device twin, and kwok idle nodes."""
 
 from __future__ import annotations
 
