@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
-from edgetrain.cluster import binaries
+from edgetrain.cluster import binaries, relay
 from edgetrain.cluster.hostnet import (
     CNI_BIN_DIR,
     NodeNetwork,
@@ -137,8 +137,9 @@ class RealNode:
         write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
         ctr_import(binaries.bin_dir() / "ctr", self.socket, self.dir / "pause.oci.tar",
                    PAUSE_IMAGE)
+        # The module as a script: it needs the standard library only, not the package.
         self._spawn("api-relay", [
-            os.environ.get("EDGETRAIN_PYTHON", _python()), "-m", "edgetrain.cluster.relay",
+            _python(), "-I", str(Path(relay.__file__)),
             self.net.api_service_ip, "443", "127.0.0.1", str(self.api_port)])
         self._start_kubelet(pki, timeout_s)
 
