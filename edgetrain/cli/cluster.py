@@ -25,7 +25,13 @@ from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
 from edgetrain.cluster.nodes import node_specs
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
-from edgetrain.cluster.realnode import RealNode, missing_binaries, server_labels, teardown
+from edgetrain.cluster.realnode import (
+    RealNode,
+    kubelet_running,
+    missing_binaries,
+    server_labels,
+    teardown,
+)
 from edgetrain.cluster.vnode import VNodeAgent
 from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready
 
@@ -91,6 +97,9 @@ def real_node_unavailable() -> str | None:
     if reason is None and missing_binaries():
         reason = (f"{', '.join(missing_binaries())} not built in {binaries.bin_dir()} "
                   "(`make cluster-bins`)")
+    if reason is None and kubelet_running():
+        reason = ("another cluster's real node runs on this host (a kubelet's host paths "
+                  "allow one per host)")
     return reason
 
 
@@ -118,13 +127,13 @@ def up(
     if not reused:
         teardown(run_dir)  # a real node of a stale cluster: stop it before starting over
     real = None
-    if server >= 1 and real_server:
+    if reused:
+        real = "reuse" if (run_dir / "realnode.json").exists() else None
+    elif server >= 1 and real_server:
         reason = real_node_unavailable()
         if reason is not None:
             out.print(f"server node virtual: this host cannot run a kubelet: {reason}",
                       markup=False)
-        elif existing is not None and reused:
-            real = "reuse" if (run_dir / "realnode.json").exists() else None
         else:
             real = "new"
     net = pick_network() if real == "new" else None

@@ -61,6 +61,11 @@ def missing_binaries() -> list[str]:
     return [b for b in NODE_BINARIES if not os.access(binaries.bin_dir() / b, os.X_OK)]
 
 
+def kubelet_running() -> bool:
+    """True if a kubelet of ours already runs on this host (another cluster's real node)."""
+    return bool(_pids_running(str(binaries.bin_dir() / "kubelet")))
+
+
 def _kubepods_dirs() -> list[Path]:
     """The kubelet's pod cgroups in every hierarchy (v1) or the unified one (v2)."""
     if (CGROUP_ROOT / "cgroup.controllers").exists():
@@ -543,5 +548,5 @@ def leftovers(run_dir: Path, state: dict[str, Any]) -> list[str]:
     return found
 
 
-__all__ = ["ComponentError", "RealNode", "leftovers", "missing_binaries", "server_labels",
-           "teardown"]
+__all__ = ["ComponentError", "RealNode", "kubelet_running", "leftovers", "missing_binaries",
+           "server_labels", "teardown"]

@@ -127,6 +127,27 @@ def test_pod_runs_from_a_local_image_under_restricted(real_kube: KubeClient) -> 
     real_kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
 
 
+def test_up_again_reuses_the_node_and_a_second_cluster_gets_a_virtual_server(
+        real_cluster: tuple[Path, str], tmp_path: Path) -> None:
+    run_dir, _ = real_cluster
+    before = json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"]
+    again = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "1", "--images", "",
+                       "--dir", str(run_dir))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"] == before
+    # One kubelet per host: a second cluster says why in one line and stays virtual.
+    other = tmp_path / "o"
+    second = _edgetrain("cluster", "up", "--jetson", "", "--server", "1", "--dir", str(other))
+    try:
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert ("server node virtual: this host cannot run a kubelet: another cluster's real "
+                "node runs on this host") in " ".join(second.stdout.split()), second.stdout
+        assert "vnode-gpu-server-0" in second.stdout
+        assert not (other / STATE_FILE).exists()
+    finally:
+        _edgetrain("cluster", "down", "--dir", str(other))
+
+
 def test_down_leaves_no_process_mount_interface_or_file(
         real_cluster: tuple[Path, str]) -> None:
     run_dir, _ = real_cluster
