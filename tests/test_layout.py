@@ -135,6 +135,64 @@ def test_torch_free_images_load_no_torch_at_import() -> None:
     assert bad == []
 
 
+def module_graph() -> dict[str, set[str]]:
+    """Imports between modules of one subpackage (`from pkg import submodule` names the
+    submodule, not the package's __init__)."""
+    mods = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+            .removesuffix(".__init__"): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = _imported(node, path)
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{names[0]}.{a.name}" if f"{names[0]}.{a.name}" in mods else names[0]
+                         for a in node.names]
+            for name in names:
+                if name in mods and name != mod and name.rsplit(".", 1)[0] == mod.rsplit(".", 1)[0]:
+                    graph[mod].add(name)
+    return graph
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp: list[str] = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_modules_of_a_subpackage() -> None:
+    assert circles(module_graph()) == []
+
+
+def test_the_module_circle_finder_finds_one() -> None:
+    graph = {"a.node": {"a.runtime"}, "a.runtime": {"a.pod_env"}, "a.pod_env": {"a.node"},
+             "a.nodes": set(), "a.vnode": {"a.node", "a.nodes"}}
+    assert circles(graph) == [["a.node", "a.pod_env", "a.runtime"]]
+
+
 # The checker itself must catch what it is for.
 @pytest.mark.parametrize(
     ("edges", "expected"),

@@ -14,14 +14,24 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from edgetrain import __version__
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
-from edgetrain.cluster.controlplane import LocalCluster
+from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
+from edgetrain.cluster.hostnet import NodeNetwork, cannot_run_kubelet, pick_network
+from edgetrain.cluster.images import CORE_IMAGES, import_project_images
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
-from edgetrain.cluster.node import node_specs
+from edgetrain.cluster.nodes import node_specs
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
+from edgetrain.cluster.realnode import (
+    RealNode,
+    kubelet_running,
+    missing_binaries,
+    server_labels,
+    teardown,
+)
 from edgetrain.cluster.vnode import VNodeAgent
 from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready
 
@@ -51,13 +61,20 @@ def _counts(text: str) -> dict[str, int]:
         raise typer.BadParameter(str(exc)) from exc
 
 
+REAL_SERVER_NAME = "gpu-server-0"
+
+
 def _virtual_nodes(client: KubeClient) -> list[Obj]:
     return list(client.get("/api/v1/nodes", labelSelector=f"{LABEL_VIRTUAL}=true")["items"])
 
 
+def _all_nodes(client: KubeClient) -> list[Obj]:
+    return list(client.get("/api/v1/nodes")["items"])
+
+
 def _nodes_table(nodes: list[Obj]) -> Table:
     table = Table(title="nodes")
-    for col in ("name", "kind", "device model", "ready"):
+    for col in ("name", "kind", "device model", "runtime", "ready"):
         table.add_column(col)
     idle = 0
     for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
@@ -65,35 +82,74 @@ def _nodes_table(nodes: list[Obj]) -> Table:
         if labels.get(LABEL_NODE_KIND) == "idle":
             idle += 1
             continue
+        runtime = n.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", "")
         table.add_row(n["metadata"]["name"], labels.get(LABEL_NODE_KIND, ""),
-                      labels.get(LABEL_DEVICE_MODEL, ""), "yes" if node_ready(n) else "no")
+                      labels.get(LABEL_DEVICE_MODEL, ""), runtime,
+                      "yes" if node_ready(n) else "no")
     if idle:
-        table.add_row(f"(+{idle} kwok idle nodes)", "idle", "", "")
+        table.add_row(f"(+{idle} kwok idle nodes)", "idle", "", "kwok", "")
     return table
+
+
+def real_node_unavailable() -> str | None:
+    """Why `cluster up` cannot make a real server node here (one line), or None."""
+    reason = cannot_run_kubelet()
+    if reason is None and missing_binaries():
+        reason = (f"{', '.join(missing_binaries())} not built in {binaries.bin_dir()} "
+                  "(`make cluster-bins`)")
+    if reason is None and kubelet_running():
+        reason = ("another cluster's real node runs on this host (a kubelet's host paths "
+                  "allow one per host)")
+    return reason
 
 
 @app.command()
 def up(
     jetson: Annotated[str, typer.Option(help="Virtual Jetson nodes, BOARD=N,...")] = "nano=1",
-    server: Annotated[int, typer.Option(help="Virtual GPU-server nodes.")] = 1,
+    server: Annotated[int, typer.Option(
+        help="GPU-server nodes: the first is a real kubelet with containerd where this host "
+             "can run one, the others (and all, where it cannot) virtual.")] = 1,
+    real_server: Annotated[bool, typer.Option(
+        help="Make the first server node real where this host can (--no-real-server: all "
+             "virtual).")] = True,
+    images: Annotated[str, typer.Option(
+        help="Project images to copy from podman into the real node's containerd, e.g. "
+             "operator,node-agent,estimator.")] = ",".join(CORE_IMAGES),
     idle: Annotated[int, typer.Option(help="Idle kwok nodes (scale).")] = 0,
     dir: DirOpt = None,
     timeout_s: Annotated[float, typer.Option(help="Readiness timeout per step.")] = 180.0,
 ) -> None:
-    """Start the control plane and virtual nodes in the background (idempotent)."""
+    """Start the control plane and nodes in the background (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
     counts = _counts(jetson)
+    existing = LocalCluster.attach(run_dir)
+    reused = existing is not None and existing.healthy()
+    if not reused:
+        teardown(run_dir)  # a real node of a stale cluster: stop it before starting over
+    real = None
+    if reused:
+        real = "reuse" if (run_dir / "realnode.json").exists() else None
+    elif server >= 1 and real_server:
+        reason = real_node_unavailable()
+        if reason is not None:
+            out.print(f"server node virtual: this host cannot run a kubelet: {reason}",
+                      markup=False)
+        else:
+            real = "new"
+    net = pick_network() if real == "new" else None
     try:
-        cluster = LocalCluster(run_dir, detached=True).start(timeout_s)
+        cluster = LocalCluster(run_dir, detached=True, service_cidr=(
+            net.service_cidr if net is not None else SERVICE_CIDR)).start(timeout_s)
     except (ComponentError, binaries.BinaryMissingError) as exc:
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
-    expected = sum(counts.values()) + server
+    virtual_servers = server - (1 if real else 0)
+    expected = sum(counts.values()) + virtual_servers
     vnodes = cluster.components.get("vnodes")
-    if vnodes is None or not vnodes.alive():
+    if expected and (vnodes is None or not vnodes.alive()):
         argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
                 str(cluster.kubeconfig), "--cluster-pki", str(cluster.pki.dir),
-                "--jetson", jetson, "--server", str(server),
+                "--jetson", jetson, "--server", str(virtual_servers),
                 "--work-dir", str(run_dir / "vnodes")]
         proc = ManagedProcess("vnodes", argv, cluster.log_path("vnodes"), detached=True).start()
         cluster.adopt("vnodes", proc)
@@ -110,24 +166,56 @@ def up(
                               f"see {proc.log_path}")
                     raise typer.Exit(1)
                 time.sleep(0.5)
+    if net is not None:
+        _start_real_node(cluster, net, images, timeout_s)
     if idle:
         with cluster.client() as client:
             create_idle_nodes(client, idle)
             took_s = wait_ready(client, idle, timeout_s)
         out.print(f"{idle} kwok idle nodes Ready in {took_s:.1f} s")
     with cluster.client() as client:
-        out.print(_nodes_table(_virtual_nodes(client)))
+        out.print(_nodes_table(_all_nodes(client)))
     out.print(f"Kubernetes {binaries.K8S_VERSION} at {cluster.server}; logs in {run_dir / 'logs'}")
     out.print(f"export KUBECONFIG={cluster.kubeconfig}")
 
 
+def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeout_s: float,
+                     ) -> None:
+    node = RealNode(cluster.run_dir, REAL_SERVER_NAME, net, cluster.ports["apiserver"],
+                    server_labels(REAL_SERVER_NAME))
+    started = time.monotonic()
+    try:
+        node.start(timeout_s)
+        ready_s = time.monotonic() - started
+        for name, proc in node.procs.items():
+            cluster.adopt(name, proc)
+        wanted = [i.strip() for i in images.split(",") if i.strip()]
+        for res in import_project_images(binaries.bin_dir() / "ctr", node.socket, node.dir,
+                                         __version__, wanted):
+            if res.missing:
+                out.print(f"image {res.ref}: {res.missing}", markup=False)
+            else:
+                out.print(f"image {res.ref}: imported into the real node's containerd",
+                          markup=False)
+    except (ComponentError, RuntimeError, OSError) as exc:
+        teardown(cluster.run_dir)
+        cluster.stop()
+        err.print(f"[red]cluster up failed: real node {REAL_SERVER_NAME}:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    out.print(f"real node {REAL_SERVER_NAME} ({node.runtime}) Ready at {node.address} in "
+              f"{ready_s:.1f} s (images: {time.monotonic() - started - ready_s:.1f} s)",
+              markup=False)
+
+
 @app.command()
 def down(dir: DirOpt = None) -> None:
-    """Stop everything `cluster up` started (idempotent)."""
+    """Stop everything `cluster up` started and remove what its real node left (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
+    had_node = teardown(run_dir, log=lambda m: out.print(m, markup=False))
     cluster = LocalCluster.attach(run_dir)
     if cluster is None:
-        out.print(f"no cluster running in {run_dir}")
+        if not had_node:
+            out.print(f"no cluster running in {run_dir}")
         return
     cluster.stop()
     out.print(f"stopped the cluster in {run_dir}")
@@ -161,10 +249,10 @@ def status(dir: DirOpt = None) -> None:
         table.add_row(name, str(comp.pid), "yes" if comp.alive() else "[red]no[/red]",
                       f"{rss.get(name, 0) / 2**20:.0f}", str(comp.log))
     out.print(table)
-    out.print(f"RSS total (control plane + vnodes agent): {sum(rss.values()) / 2**20:.0f} MiB")
+    out.print(f"RSS total (control plane, nodes, relay): {sum(rss.values()) / 2**20:.0f} MiB")
     if cluster.healthy():
         with cluster.client() as client:
-            out.print(_nodes_table(_virtual_nodes(client)))
+            out.print(_nodes_table(_all_nodes(client)))
     out.print(f"export KUBECONFIG={cluster.kubeconfig}")
 
 

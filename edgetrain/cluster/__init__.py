@@ -1,11 +1,12 @@
-"""Local Kubernetes for edgetrain: a real control plane built from Go modules, virtual Jetson
-nodes that run pods as local processes over a device twin, and kwok idle nodes."""
+"""Local Kubernetes for edgetrain: a real control plane built from Go modules, a real server
+node (kubelet + containerd, realnode.py) where the host can run one, virtual Jetson nodes that
+run pods as local processes over a device twin, and kwok idle nodes."""
 
 from __future__ import annotations
 
 from edgetrain.cluster.binaries import K8S_VERSION, BinaryMissingError
 from edgetrain.cluster.controlplane import LocalCluster
-from edgetrain.cluster.node import VNodeSpec, node_specs
+from edgetrain.cluster.nodes import VNodeSpec, node_specs
 from edgetrain.cluster.pod_status import container_log
 from edgetrain.cluster.process import ComponentError
 from edgetrain.cluster.vnode import VNodeAgent

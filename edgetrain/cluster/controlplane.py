@@ -4,6 +4,7 @@ scheduler, kwok), in the style of envtest and kwokctl's binary runtime."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import shutil
 import socket
@@ -97,6 +98,8 @@ class LocalCluster:
     # passes its own so that pods complete when it says, not at once.
     kwok_config: Path | None = None
     apiserver_args: list[str] = field(default_factory=list)  # extra flags, e.g. an audit log
+    # Its first address is the `kubernetes` Service; a real node's pods reach it (realnode.py).
+    service_cidr: str = SERVICE_CIDR
     components: dict[str, Component] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 
@@ -117,6 +120,11 @@ class LocalCluster:
         """https URL of the API server."""
         return f"https://{LOOPBACK}:{self.ports['apiserver']}"
 
+    @property
+    def api_service_ip(self) -> str:
+        """ClusterIP of the `kubernetes` Service: the service range's first address."""
+        return str(ipaddress.ip_network(self.service_cidr)[1])
+
     def log_path(self, name: str) -> Path:
         """Log file of a component."""
         return self.run_dir / "logs" / f"{name}.log"
@@ -127,6 +135,7 @@ class LocalCluster:
         state = {
             "k8s_version": binaries.K8S_VERSION,
             "ports": self.ports,
+            "service_cidr": self.service_cidr,
             "kubeconfig": str(self.kubeconfig),
             "components": {
                 c.name: {"pid": c.pid, "argv0": c.argv0, "log": str(c.log)}
@@ -142,7 +151,8 @@ class LocalCluster:
             state: dict[str, Any] = json.loads((run_dir / STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
-        cluster = cls(run_dir=run_dir, ports={k: int(v) for k, v in state["ports"].items()})
+        cluster = cls(run_dir=run_dir, ports={k: int(v) for k, v in state["ports"].items()},
+                      service_cidr=state.get("service_cidr", SERVICE_CIDR))
         for name, c in state["components"].items():
             cluster.components[name] = Component(name, int(c["pid"]), c["argv0"], Path(c["log"]))
         return cluster
@@ -171,7 +181,7 @@ class LocalCluster:
             existing.stop()  # stale or half-started: clean it up before starting over
         binaries.ensure_binaries()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        pki = ensure_pki(self.run_dir / "pki")
+        pki = ensure_pki(self.run_dir / "pki", self.api_service_ip)
         names = ["etcd_client", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok"]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         self._write_kubeconfigs(pki)
@@ -278,7 +288,7 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--authorization-mode=Node,RBAC",
             # kubectl logs: reach virtual nodes' kubelet endpoints on their own addresses,
             # verify their serving certs and show them our client cert.

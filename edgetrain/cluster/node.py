@@ -8,53 +8,29 @@ import logging
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from edgetrain.api.keys import ANNOTATION_VNODE_DIR
 from edgetrain.cluster import binaries
-from edgetrain.cluster.boards import NodeProfile, profile
 from edgetrain.cluster.kubelet import AddressClaim, ContainerLog, KubeletServer
+from edgetrain.cluster.nodes import VNODE_RUNTIME, AgentSettings, VNodeSpec, node_specs
 from edgetrain.cluster.pki import issue_serving_pair
 from edgetrain.cluster.runtime import PodRunner
 from edgetrain.cluster.twin import Twin
 from edgetrain.kube import KubeApiError, Obj, api_path, now_micro, now_rfc3339
-
-if TYPE_CHECKING:
-    from edgetrain.cluster.vnode import VNodeAgent
 
 log = logging.getLogger("edgetrain.vnode")
 
 LOOPBACK = "127.0.0.1"
 LEASE_DURATION_S = 40
 
-
-@dataclass(frozen=True)
-class VNodeSpec:
-    """One virtual node to run."""
-
-    name: str
-    profile: NodeProfile
-
-
-def node_specs(counts: Mapping[str, int], servers: int = 0, prefix: str = "vnode",
-               ) -> list[VNodeSpec]:
-    """Named specs: <prefix>-<board>-<i> for each board count, <prefix>-gpu-server-<i>."""
-    out: list[VNodeSpec] = []
-    for board, count in counts.items():
-        prof = profile(board)
-        out += [VNodeSpec(f"{prefix}-{prof.board}-{i}", prof) for i in range(count)]
-    server = profile("server")
-    out += [VNodeSpec(f"{prefix}-{server.board}-{i}", server) for i in range(servers)]
-    return out
+__all__ = ["LOOPBACK", "VNodeSpec", "VirtualNode", "node_specs"]
 
 
 class VirtualNode:
     """One Node object, its Lease, its device twin and its pod runners."""
 
-    def __init__(self, agent: VNodeAgent, spec: VNodeSpec) -> None:
+    def __init__(self, agent: AgentSettings, spec: VNodeSpec) -> None:
         self.agent = agent
         self.spec = spec
         self.name = spec.name
@@ -71,6 +47,11 @@ class VirtualNode:
     def address(self) -> str:
         """The node's own loopback address (InternalIP, host and pod IP of its pods)."""
         return self._claim.address if self._claim is not None else LOOPBACK
+
+    @property
+    def runtime(self) -> str:
+        """No container runtime: pods are local processes of the agent."""
+        return VNODE_RUNTIME
 
     @property
     def host_root(self) -> Path:
@@ -141,7 +122,7 @@ class VirtualNode:
                 "bootID": self.agent.boot_id,
                 "kernelVersion": prof.kernel,
                 "osImage": prof.os_image_text,
-                "containerRuntimeVersion": "edgetrain-vnode://0.1.0",
+                "containerRuntimeVersion": VNODE_RUNTIME,
                 "kubeletVersion": binaries.K8S_VERSION,
                 "kubeProxyVersion": "",
                 "operatingSystem": "linux",
@@ -261,7 +242,7 @@ class VirtualNode:
             self.runners.pop(uid, None)
             self.agent.finished.add(uid)
 
-    def stop(self, delete_node: bool) -> None:
+    def stop(self, delete_node: bool = True) -> None:
         """Kill this node's pods; optionally delete the Node (its pods are then GC'd)."""
         with self._lock:
             runners = list(self.runners.values())

@@ -181,10 +181,17 @@ def _write_pair(crt: Path, key_path: Path, cert: x509.Certificate, key: ec.Ellip
     write_atomic(crt, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
 
 
-def ensure_pki(pki_dir: Path) -> Pki:
-    """Create the PKI under `pki_dir` unless a complete one is already there."""
+def _serving_ips(crt: Path) -> set[str]:
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+
+
+def ensure_pki(pki_dir: Path, service_ip: str = SERVING_IPS[1]) -> Pki:
+    """Create the PKI under `pki_dir` unless a complete one serving `service_ip` (the
+    `kubernetes` Service's ClusterIP) is already there."""
     pki = Pki(pki_dir)
-    if pki.complete():
+    if pki.complete() and service_ip in _serving_ips(pki.serving_crt):
         return pki
     pki_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(pki_dir, 0o700)
@@ -193,7 +200,11 @@ def ensure_pki(pki_dir: Path) -> Pki:
     ca_name = _name("edgetrain-local-ca")
     ca_cert = _issue(ca_name, ca_key, ca_name, ca_key, ca=True)
     serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving = _issue(_name("kube-apiserver"), serving_key, ca_name, ca_key, server=True)
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVING_DNS_NAMES]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip))
+             for ip in dict.fromkeys([*SERVING_IPS, service_ip])]
+    serving = _issue(_name("kube-apiserver"), serving_key, ca_name, ca_key, server=True,
+                     sans=sans)
     _write_pair(pki.serving_crt, pki.serving_key, serving, serving_key)
     for who, (cn, org) in CLIENTS.items():
         key = ec.generate_private_key(ec.SECP256R1())
@@ -228,4 +239,16 @@ def issue_serving_pair(name: str, ips: list[str], ca: Pki | None) -> tuple[bytes
         if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{ca.ca_key}: expected an ECDSA CA key")
         cert = _issue(subject, key, ca_cert.subject, ca_key, server=True, sans=sans)
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def issue_client_pair(ca: Pki, common_name: str, org: str | None) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) of a client identity signed by the cluster CA (a real
+    kubelet's: CN=system:node:<name>, O=system:nodes)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = x509.load_pem_x509_certificate(ca.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca.ca_key}: expected an ECDSA CA key")
+    cert = _issue(_name(common_name, org), key, ca_cert.subject, ca_key, client=True)
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)

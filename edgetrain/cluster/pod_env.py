@@ -14,8 +14,8 @@ from edgetrain.cluster.podspec import PathMap, expand_vars, field_ref, resource_
 from edgetrain.kube import KubeClient, Obj, api_path
 
 if TYPE_CHECKING:
-    from edgetrain.cluster.node import VirtualNode
-    from edgetrain.cluster.runtime import Container
+    from edgetrain.cluster.container import Container
+    from edgetrain.cluster.nodes import PodHost
 
 # Env passed through from the agent: processes need a PATH and a HOME to work at all.
 PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
@@ -25,7 +25,7 @@ class PodEnv:
     """Env building of a PodRunner (mixin: the state lives on the runner)."""
 
     pod: Obj
-    node: VirtualNode
+    node: PodHost
     namespace: str
     pod_name: str
     root: Path

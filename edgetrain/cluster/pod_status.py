@@ -12,8 +12,8 @@ from edgetrain.cluster.kubelet import http_probe
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
 
 if TYPE_CHECKING:
-    from edgetrain.cluster.node import VirtualNode
-    from edgetrain.cluster.runtime import Container
+    from edgetrain.cluster.container import Container
+    from edgetrain.cluster.nodes import PodHost
 
 PROBE_PERIOD_MAX_S = 2.0
 log = logging.getLogger("edgetrain.vnode")
@@ -22,7 +22,7 @@ log = logging.getLogger("edgetrain.vnode")
 class PodStatus:
     """Probing and status reporting of a PodRunner (mixin: the state lives on the runner)."""
 
-    node: VirtualNode
+    node: PodHost
     namespace: str
     pod_name: str
     inits: list[Container]

@@ -12,13 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from edgetrain.cluster import binaries
+from edgetrain.cluster.container import Container
 from edgetrain.cluster.isolation import container_isolation
 from edgetrain.cluster.kubelet import ContainerLog
+from edgetrain.cluster.nodes import PodHost
 from edgetrain.cluster.pod_env import PodEnv
 from edgetrain.cluster.pod_status import PodStatus
 from edgetrain.cluster.podspec import (
@@ -33,9 +33,6 @@ from edgetrain.cluster.podspec import (
 from edgetrain.cluster.process import die_with_parent, kill_group, log_tail
 from edgetrain.cluster.volumes import PodVolumes
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
-
-if TYPE_CHECKING:
-    from edgetrain.cluster.node import VirtualNode
 
 log = logging.getLogger("edgetrain.vnode")
 
@@ -71,63 +68,10 @@ def _has_kubectl() -> bool:
     return True
 
 
-@dataclass
-class Container:
-    """Runtime state of one container of a pod."""
-
-    spec: Obj
-    init: bool
-    restart_count: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    started_at: str | None = None
-    log_path: Path | None = None
-    last_terminated: Obj | None = None
-    terminated: Obj | None = None  # final state when it will not run again
-    next_start_s: float = 0.0  # monotonic time of the next (re)start
-    waiting_reason: str = "ContainerCreating"
-    waiting_message: str = ""
-    probe_ready: bool = True  # readinessProbe passed (True when there is none)
-    next_probe_s: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    def status(self, image_id: str = "") -> Obj:
-        """containerStatuses[] entry."""
-        state: Obj
-        if self.proc is not None and self.proc.poll() is None:
-            state = {"running": {"startedAt": self.started_at}}
-        elif self.terminated is not None:
-            state = {"terminated": self.terminated}
-        else:
-            waiting: Obj = {"reason": self.waiting_reason}
-            if self.waiting_message:
-                waiting["message"] = self.waiting_message
-            state = {"waiting": waiting}
-        running = "running" in state
-        # Strategic merge would merge the old and new state maps; replace them instead.
-        state["$patch"] = "replace"
-        out: Obj = {
-            "name": self.name,
-            "image": self.spec.get("image", ""),
-            "imageID": image_id,
-            "ready": running and not self.init and self.probe_ready,
-            "started": running,
-            "restartCount": self.restart_count,
-            "state": state,
-            "lastState": ({"terminated": self.last_terminated, "$patch": "replace"}
-                          if self.last_terminated else {}),
-        }
-        if self.proc is not None:
-            out["containerID"] = f"vnode://{self.proc.pid}"
-        return out
-
-
 class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
     """Runs one pod: init containers in order, then the main containers side by side."""
 
-    def __init__(self, node: VirtualNode, pod: Obj) -> None:
+    def __init__(self, node: PodHost, pod: Obj) -> None:
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
         self.node = node

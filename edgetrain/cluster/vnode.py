@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from edgetrain.cluster.node import LOOPBACK, VirtualNode, VNodeSpec
+from edgetrain.cluster.node import LOOPBACK, VirtualNode
+from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.runtime import default_executables
 from edgetrain.cluster.twin import TwinFactory, default_twin_factory

@@ -17,8 +17,8 @@ from edgetrain.cluster.podspec import PathMap, field_ref, resource_field
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 
 if TYPE_CHECKING:
-    from edgetrain.cluster.node import VirtualNode
-    from edgetrain.cluster.runtime import Container
+    from edgetrain.cluster.container import Container
+    from edgetrain.cluster.nodes import PodHost
 
 log = logging.getLogger("edgetrain.vnode")
 
@@ -30,7 +30,7 @@ class PodVolumes:
     """Volume handling of a PodRunner (mixin: the state lives on the runner)."""
 
     pod: Obj
-    node: VirtualNode
+    node: PodHost
     uid: str
     namespace: str
     pod_name: str

@@ -161,7 +161,7 @@ def profile(
         from edgetrain.workloads.profile_predicted import predicted_profile
 
         profiler = Profiler(spec, session, task)
-        predicted = predicted_profile(spec, session, profiler, batches, freqs, reporter)
+        predicted = predicted_profile(spec, session, profiler.measure, batches, freqs, reporter)
         meta = _metadata(spec, session, task, (batches, freqs), predicted.measured, started)
         meta.grid_points = predicted.grid_points  # the full (b, mode) grid, not b × GPU clocks
         return ProfileRun(points=predicted.points, metadata=meta, prediction=predicted.report)

@@ -7,6 +7,7 @@ reference MLPs to them, and predict the whole table. Power modes are set through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,6 @@ from edgetrain.workloads import workload_cost
 if TYPE_CHECKING:
     from edgetrain.api.workload_spec import ProfileSpec
     from edgetrain.workloads.device_session import DeviceSession
-    from edgetrain.workloads.profile import Profiler
     from edgetrain.workloads.progress import Reporter
 
 
@@ -45,7 +45,7 @@ class PredictedProfile:
 def predicted_profile(
     spec: ProfileSpec,
     session: DeviceSession,
-    profiler: Profiler,
+    measure: Callable[[int, int], ProfilePoint],
     batch_sizes: list[int],
     gpu_freqs_hz: list[int],
     reporter: Reporter | None = None,
@@ -81,7 +81,7 @@ def predicted_profile(
             b, gpu, cpu, cores, emc = (int(v) for v in rows[i])
             modes.apply(cores, cpu, emc)
             modes.wait_applied(cores, cpu, emc)
-            point = profiler.measure(b, gpu).model_copy(
+            point = measure(b, gpu).model_copy(
                 update={"cpu_freq_hz": cpu, "cpu_cores": cores, "emc_freq_hz": emc}
             )
             measured[int(flat[i])] = point

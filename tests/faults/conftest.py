@@ -21,7 +21,7 @@ from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.cluster import container_log as vnode_log
 from edgetrain.cluster.controlplane import free_ports
-from edgetrain.cluster.node import node_specs
+from edgetrain.cluster.nodes import node_specs
 from edgetrain.device import GpuDevfreq
 from edgetrain.operator.manifests import release_configmap_name
 from tests.observability.test_chart import CHART, helm
