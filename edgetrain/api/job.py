@@ -145,6 +145,12 @@ class PowerAwareTrainingJobSpec(_Spec):
     strategy: StrategySpec = StrategySpec()
     budget: BudgetSpec = BudgetSpec()
     compute: ComputeSpec = ComputeSpec()
+    worker_start_deadline_seconds: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="how long a worker pod may stay refused (Pod Security, quota), unscheduled"
+        " or without its image before the job fails with that reason (the reason shows in"
+        " status at once); null: the operator's unschedulable grace (600 s by default)",
+    )
 
     @field_validator("batch_sizes")
     @classmethod

@@ -46,7 +46,8 @@ from edgetrain.kube import Obj, now_rfc3339
 from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
-from edgetrain.operator.phases import apply_progress, infeasible_message, unix_seconds
+from edgetrain.operator.blocked import worker_blocked
+from edgetrain.operator.phases import apply_progress, infeasible_message
 from edgetrain.operator.settings import OperatorSettings
 from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY
 from edgetrain.operator.world import (
@@ -60,8 +61,8 @@ from edgetrain.operator.world import (
 )
 from edgetrain.planner import InfeasibleError
 
-# Scheduler messages of a pod that waits for capacity that will free up (not a mismatch).
-QUEUEING = ("Insufficient ", "Too many pods")
+# The condition that says why a worker's pod cannot start (True while it cannot).
+BLOCKED = "WorkerBlocked"
 
 # --- entry points --------------------------------------------------------------------------
 
@@ -184,26 +185,37 @@ class _Step:
         self.event("Warning", f"{phase_key.capitalize()}Failed", status.message)
         return False
 
-    def unschedulable(self, pods: list[Obj], what: str) -> bool:
-        """Fail the job if a pod of `what` has found no node for longer than the grace. A pod
-        that waits for resources (busy GPUs, a full node) is queueing, not stuck: it waits."""
-        for pod in pods:
-            for cond in (pod.get("status") or {}).get("conditions") or []:
-                if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                        and cond.get("reason") == "Unschedulable"):
-                    if any(q in str(cond.get("message", "")) for q in QUEUEING):
-                        self.status.message = (f"{what}: pod {pod['metadata']['name']} waits"
-                                               f" for resources: {cond.get('message', '')}")
-                        continue
-                    since = unix_seconds(cond.get("lastTransitionTime"))
-                    if since is None or self.world.now_s - since < \
-                            self.settings.unschedulable_grace_s:
-                        continue
-                    self.go(Phase.failed, "Unschedulable",
-                            f"{what}: pod {pod['metadata']['name']} found no node for"
-                            f" {self.world.now_s - since:.0f} s: {cond.get('message', '')};"
-                            " add a matching node or change the operator's selectors")
-                    return True
+    def stuck(self, workload: Obj | None, pods: list[Obj], what: str) -> bool:
+        """Say why the worker has no running pod (status, condition WorkerBlocked, a Warning
+        Event when the cause appears) and fail the job once it has been so for the deadline.
+        A pod that waits for resources (busy GPUs, a full node) is queueing: it only waits.
+        True if the job is now Failed."""
+        status, world = self.status, self.world
+        name = str(((workload or {}).get("metadata") or {}).get("name", ""))
+        blocked = worker_blocked(workload, pods, world.worker_events.get(name, ()))
+        before = next((c for c in status.conditions if c.type == BLOCKED), None)
+        if blocked is None or blocked.waits:
+            if before is not None and before.status == "True":
+                ph.set_condition(status, BLOCKED, False, "PodStarted" if blocked is None
+                                 else "WaitingForResources", f"{what}: its pod was admitted")
+                if blocked is None:
+                    status.message = f"{what}: its pod was admitted"
+            if blocked is not None:
+                status.message = blocked.message(what)
+            return False
+        message = blocked.message(what)
+        deadline = float(self.spec.worker_start_deadline_seconds
+                         or self.settings.unschedulable_grace_s)
+        waited = None if blocked.since_s is None else world.now_s - blocked.since_s
+        if waited is not None and waited >= deadline:
+            self.go(Phase.failed, blocked.cause,
+                    f"{message} (for {waited:.0f} s; spec.workerStartDeadlineSeconds is"
+                    f" {deadline:g} s)")
+            return True
+        status.message = f"{message} (the job fails after {deadline:g} s)"
+        if before is None or before.status != "True" or before.reason != blocked.cause:
+            self.event("Warning", blocked.cause, message)
+        ph.set_condition(status, BLOCKED, True, blocked.cause, message)
         return False
 
     def no_node(self, waiting: str, failing: str) -> None:
@@ -286,7 +298,7 @@ class _Step:
         if outcome.state == "failed":
             self.failed_attempt("estimate", f"estimate job {job_name}", outcome)
         else:
-            self.unschedulable(pods, f"estimate job {job_name}")
+            self.stuck(job, pods, f"estimate job {job_name}")
 
     def other_producer(self, key: str) -> str | None:
         mine = mf.label_value(self.world.name)
@@ -379,7 +391,7 @@ class _Step:
                 self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name))
                 return True
             status.attempts.next_retry_at = None  # the DaemonSet's own back-off applies
-        return self.unschedulable(pods, f"profiling {prof.device_model}")
+        return self.stuck(world.daemonsets.get(ds_name), pods, f"profiling {prof.device_model}")
 
     # --- Selecting ---
 
@@ -551,7 +563,7 @@ class _Step:
                 self.annotate_progress(newest, training)
         outcome = ph.job_outcome(job, pods)
         if outcome.state == "running":
-            self.unschedulable(pods, f"training job {training.job}")
+            self.stuck(job, pods, f"training job {training.job}")
             return
         if result is not None:
             apply_progress(training, result)

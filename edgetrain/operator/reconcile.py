@@ -189,7 +189,8 @@ class Reconciler:
         return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
                         pods=tuple(pods), producers=producers, worker_identity=worker_identity,
-                        budgets=budgets)
+                        budgets=budgets,
+                        worker_events=self._refusals(ns, {**jobs, **daemonsets}, pods))
 
     def fleet(self, indexes: Indexes) -> tuple[NodeInfo, ...]:
         """The Jetson nodes from the index, as one snapshot shared by the reconciles of the next
@@ -225,6 +226,24 @@ class Reconciler:
                 got = self.kube.get_or_none(api_path("v1", "configmaps", ns, cm))
                 if got is not None:
                     out[cm] = dict(got.get("data") or {})
+        return out
+
+    def _refusals(self, ns: str, workloads: Mapping[str, Obj], pods: list[Obj]
+                  ) -> dict[str, tuple[Obj, ...]]:
+        """FailedCreate Events of each unfinished worker that has no pod (a pod refused at
+        admission exists nowhere else); workers with pods cost no read."""
+        owners = {ref.get("uid") for p in pods
+                  for ref in p["metadata"].get("ownerReferences") or []}
+        out: dict[str, tuple[Obj, ...]] = {}
+        for name, obj in workloads.items():
+            uid = obj["metadata"].get("uid")
+            done = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in (obj.get("status") or {}).get("conditions") or [])
+            if not uid or uid in owners or done:
+                continue
+            items = self.kube.get(api_path("v1", "events", ns), fieldSelector=(
+                f"involvedObject.uid={uid},reason=FailedCreate"))["items"]
+            out[name] = tuple(items)
         return out
 
     def _list(self, api_version: str, plural: str, ns: str, selector: str) -> dict[str, Obj]:

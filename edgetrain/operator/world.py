@@ -40,6 +40,9 @@ class World:
     worker_identity: bool | None = None
     # PowerBudget name → its node selector (Selecting, WaitingForPower, Training).
     budgets: Mapping[str, LabelSelector] = field(default_factory=dict)
+    # Worker (Job or DaemonSet) name → its FailedCreate Events: read only for a worker that has
+    # no pod, which is how a pod refused at admission (Pod Security, quota) shows.
+    worker_events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

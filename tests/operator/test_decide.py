@@ -252,7 +252,9 @@ ROWS = [
         status(Phase.estimating, efficiency=EFF),
         world(jobs={"j-estimate-0": job("running")},
               pods=(unschedulable_pod("j-estimate-0", "1970-01-12T13:40:00Z"),)),
-        Phase.estimating, []),
+        Phase.estimating, ["event Unschedulable"], None,
+        lambda d: "fails after 600 s" in d.status.message
+        and d.status.conditions[-1].type == "WorkerBlocked"),
     Row("profiling: no matching node yet: wait, remembering since when",
         status(Phase.profiling, efficiency=EFF), world(nodes=(node("o1", "jetson-orin"),)),
         Phase.profiling, [], None,

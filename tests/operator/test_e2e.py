@@ -400,3 +400,32 @@ def test_node_lost_mid_training_resumes_elsewhere(
             assert _resumed_from(kube, namespace, name) > 0  # from the lost node's checkpoint
     finally:
         agent.stop()
+
+
+def test_a_worker_refused_at_admission_says_why_then_fails(
+    kube: KubeClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """A ResourceQuota that admits no pod refuses the estimate Job's pod (only the Job's
+    FailedCreate Events know it): the job's status and a Warning Event say why within 30 s,
+    and after spec.workerStartDeadlineSeconds the job is Failed with that reason. Pod
+    Security refusals take the same path (the Job's FailedCreate Events)."""
+    kube.create(api_path("v1", "resourcequotas", namespace), {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}}})
+    name = _create(kube, namespace, job_manifest("refused", workerStartDeadlineSeconds=20))
+    created = time.monotonic()
+    status = _wait_status(
+        kube, namespace, name,
+        lambda s: any(c.get("type") == "WorkerBlocked" and c.get("status") == "True"
+                      for c in s.get("conditions") or []) or s.get("phase") in DONE,
+        "WorkerBlocked condition", operator, timeout_s=60)["status"]
+    said_s = time.monotonic() - created
+    assert said_s < 30, f"the reason took {said_s:.0f} s"
+    assert status["phase"] == "EstimatingEfficiency", status
+    assert "QuotaExceeded" in status["message"] and "exceeded quota" in status["message"]
+    assert "no-pods" in status["message"]
+    status = wait_phase(kube, namespace, name, DONE, 90, operator)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "QuotaExceeded"), status
+    assert "workerStartDeadlineSeconds is 20 s" in status["message"]
+    reasons = [r for r, _ in _events(kube, namespace, name)]
+    assert reasons.count("QuotaExceeded") >= 1, reasons
