@@ -8,10 +8,10 @@ import hashlib
 import ipaddress
 import json
 import tarfile
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from cryptography import x509
 
 from edgetrain.cli import cluster as cli_cluster
