@@ -107,10 +107,13 @@ log "compiling pause (hack/pause)"
 (cd "$ROOT/hack/pause" && "$GO" build -trimpath -ldflags "-s -w" -o "$STAGE/pause" .) \
   || { log "FAILED: pause"; exit 1; }
 
-"$STAGE/kubelet" --version | grep -qx "Kubernetes ${K8S_VERSION}" \
-  || { log "FAILED: kubelet --version is '$("$STAGE/kubelet" --version)'"; exit 1; }
-"$STAGE/containerd" --version | grep -q "${CONTAINERD_VERSION}" \
-  || { log "FAILED: containerd --version is '$("$STAGE/containerd" --version)'"; exit 1; }
+# Capture, then match: a pipe into grep -q under pipefail fails when grep exits first.
+kubelet_version="$("$STAGE/kubelet" --version)" || kubelet_version="(kubelet did not run)"
+[[ "$kubelet_version" == "Kubernetes ${K8S_VERSION}" ]] \
+  || { log "FAILED: kubelet --version is '$kubelet_version'"; exit 1; }
+containerd_version="$("$STAGE/containerd" --version)" || containerd_version="(did not run)"
+[[ "$containerd_version" == *"${CONTAINERD_VERSION}"* ]] \
+  || { log "FAILED: containerd --version is '$containerd_version'"; exit 1; }
 
 for b in "${BINARIES[@]}"; do mv -f "$STAGE/$b" "$BIN_DIR/$b"; done
 printf '%s\n' "$MANIFEST_WANT" >"$STAGE/node-manifest.txt"

@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from edgetrain.api.crd import CRD_NAME, crd_files
+from edgetrain.api.crd import CRD_NAME
+from edgetrain.api.crd_files import crd_files
 from edgetrain.api.keys import ANNOTATION_BENCH_DONE
 from edgetrain.cluster.pki import Pki, write_atomic
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path

@@ -101,7 +101,7 @@ def crds_command(
     ] = False,
 ) -> None:
     """Generate the PowerAwareTrainingJob CRD (and kopf's peering CRDs) from the models."""
-    from edgetrain.api.crd import crd_files
+    from edgetrain.api.crd_files import crd_files
 
     dirs = list(output) if output else list(REPO_CRD_DIRS)
     with exit_codes():

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from edgetrain.api.crd import CRD_FILE, IMMUTABLE_ONCE_STARTED, crd, crd_files, spec_schema
+from edgetrain.api.crd import CRD_FILE, IMMUTABLE_ONCE_STARTED, crd, spec_schema
+from edgetrain.api.crd_files import crd_files
 from edgetrain.api.job import load_job
 
 REPO = Path(__file__).resolve().parents[2]
