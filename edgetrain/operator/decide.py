@@ -301,9 +301,8 @@ class _Step:
             self.stuck(job, pods, f"estimate job {job_name}")
 
     def other_producer(self, key: str) -> str | None:
-        mine = mf.label_value(self.world.name)
         for prod in self.world.producers.get(key, ()):
-            if prod.owner != mine:
+            if prod.owner != self.world.uid:
                 return prod.what
         return None
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,14 @@ def owner_reference(patj: Obj) -> Obj:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller (for what the operator creates: its job's uid)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid") or "") or None
+    return None
 
 
 def owned_metadata(

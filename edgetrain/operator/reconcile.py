@@ -76,6 +76,16 @@ def _retry(read: Callable[[], list[V]]) -> list[V]:
     return read()
 
 
+def owned_by(objs: Mapping[str, Obj], owners: set[str]) -> dict[str, Obj]:
+    """The objects whose controller is one of `owners` (uids)."""
+    return {k: o for k, o in objs.items() if mf.controller_uid(o) in owners}
+
+
+def uids_of(objs: Mapping[str, Obj]) -> set[str]:
+    """The uids of `objs`."""
+    return {str(o["metadata"].get("uid")) for o in objs.values()}
+
+
 @dataclass
 class Step:
     """What one reconcile call decided: the status to write and the Events to post."""
@@ -104,7 +114,7 @@ class Reconciler:
         before a restart answers the create with 409, which counts as success). Profiling still
         reads its DaemonSets: a leftover one must be deleted once its profile is published."""
         meta = patj["metadata"]
-        ns, name = meta["namespace"], meta["name"]
+        ns, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
         job = {"metadata": {k: meta.get(k) for k in
                             ("name", "namespace", "uid", "generation", "annotations")}}
         phase = status.phase
@@ -125,6 +135,8 @@ class Reconciler:
         daemonsets: dict[str, Obj] = {}
         pods: list[Obj] = []
         load: dict[str, int] = {}
+        # The label narrows the list on the server; the owner's uid decides (the label value is
+        # the name cut at 63 characters, which two jobs may share).
         mine = f"{LABEL_JOB}={mf.label_value(name)}"
         worker_identity: bool | None = None
         if phase is Phase.pending:
@@ -138,10 +150,12 @@ class Reconciler:
             producers[key] = tuple(_values(indexes.estimators, (ns, key)))
             # The vector is published: the Job that made it no longer matters to the decision.
             if not entered and cm not in configmaps:
-                jobs = self._list("batch/v1", "jobs", ns, f"{mine},{LABEL_PHASE}=estimate")
+                jobs = owned_by(self._list("batch/v1", "jobs", ns,
+                                           f"{mine},{LABEL_PHASE}=estimate"), {uid})
             if jobs:
-                pods = list(self._list("v1", "pods", ns, f"{mine},{LABEL_PHASE}=estimate")
-                            .values())
+                pods = list(owned_by(self._list("v1", "pods", ns,
+                                                f"{mine},{LABEL_PHASE}=estimate"),
+                                     uids_of(jobs)).values())
                 if cm not in configmaps:
                     # The index may not show what a just-finished estimate published yet.
                     got = self.kube.get_or_none(api_path("v1", "configmaps", ns, cm))
@@ -153,10 +167,12 @@ class Reconciler:
             configmaps.update(self._cache(indexes, ns, [mf.profile_configmap_name(k)
                                                         for k in keys]))
             producers.update({k: tuple(_values(indexes.profilers, (ns, k))) for k in keys})
-            daemonsets = self._list("apps/v1", "daemonsets", ns, f"{mine},{LABEL_PHASE}=profile")
+            daemonsets = owned_by(self._list("apps/v1", "daemonsets", ns,
+                                             f"{mine},{LABEL_PHASE}=profile"), {uid})
             if daemonsets:
-                pods = list(self._list("v1", "pods", ns, f"{mine},{LABEL_PHASE}=profile")
-                            .values())
+                pods = list(owned_by(self._list("v1", "pods", ns,
+                                                f"{mine},{LABEL_PHASE}=profile"),
+                                     uids_of(daemonsets)).values())
         elif phase is Phase.selecting:
             names = [p.config_map for p in status.profiles]
             if status.efficiency is not None:

@@ -17,7 +17,7 @@ from edgetrain.operator.phases import NodeInfo
 class Producer:
     """Another job's estimate Job or profiling DaemonSet that is still making a cache entry."""
 
-    owner: str  # the edgetrain.io/job label of the job that made it
+    owner: str  # the uid of the job that made it (its controller ownerReference)
     what: str  # "job x" / "daemonset y", for the message
 
 
@@ -48,6 +48,11 @@ class World:
     def name(self) -> str:
         """The job's name."""
         return str(self.job["metadata"]["name"])
+
+    @property
+    def uid(self) -> str:
+        """The job's uid."""
+        return str(self.job["metadata"].get("uid") or "")
 
     @property
     def namespace(self) -> str:
