@@ -206,9 +206,10 @@ def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
     step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
     WAKEUPS.await_configmaps(job_key(body.metadata), awaited_configmaps(step.status))
     for event in step.events:
-        # Events take at most 1024 characters; fit_string keeps the end (the last lines).
-        kopf.event(body, type=event.type, reason=event.reason,
-                   message=fit_string(event.message, 1000))
+        if event.key is None:  # keyed Events were posted before the status write (world.py)
+            # Events take at most 1024 characters; fit_string keeps the end (the last lines).
+            kopf.event(body, type=event.type, reason=event.reason,
+                       message=fit_string(event.message, 1000))
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(level, "%s/%s %s: %s", ns, name, event.reason, event.message)
     elapsed = time.perf_counter() - started

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
-from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
+from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
-from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
@@ -268,10 +268,14 @@ class Reconciler:
 
     # --- acting ---
 
-    def execute(self, actions: Iterable[wd.Action]) -> None:
-        """Carry out the actions in order (Events are the caller's: kopf posts them)."""
+    def execute(self, actions: Iterable[wd.Action], patj: Obj | None = None) -> None:
+        """Carry out the actions in order: keyed Events on `patj` too (the others are the
+        caller's: kopf posts them after the status write)."""
         for action in actions:
-            if isinstance(action, wd.Create):
+            if isinstance(action, wd.PostEvent):
+                if action.key is not None and patj is not None:
+                    self.post_event(patj, action)
+            elif isinstance(action, wd.Create):
                 ns = action.body["metadata"].get("namespace")
                 try:
                     self.kube.create(api_path(action.api_version, action.plural, ns), action.body)
@@ -297,6 +301,19 @@ class Reconciler:
                     elif exc.code != 404:
                         raise
 
+    def post_event(self, patj: Obj, event: wd.PostEvent) -> None:
+        """Post a keyed Event; one of the same key posted before (by any replica) is success.
+        Any other refusal raises: the status is then not written, and the step is decided and
+        posted again on the next tick."""
+        assert event.key is not None
+        body = mf.job_event(patj, event.type, event.reason, fit_string(event.message, 1000),
+                            event.key, now_rfc3339())
+        try:
+            self.kube.create(api_path("v1", "events", body["metadata"]["namespace"]), body)
+        except KubeApiError as exc:
+            if exc.code != 409:
+                raise
+
     # --- entry point ---
 
     def reconcile(self, patj: Obj, indexes: Indexes | None = None) -> Step:
@@ -313,7 +330,7 @@ class Reconciler:
         for _ in range(5):
             world = self.world(patj, step.status, spec, indexes, entered)
             decision = dc.decide(spec, step.status, world, self.settings)
-            self.execute(decision.actions)
+            self.execute(decision.actions, patj)
             step.events += decision.events
             before, step.status = step.status.phase, decision.status
             if step.status.phase is before or step.status.phase.final:

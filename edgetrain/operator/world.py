@@ -105,11 +105,16 @@ class Patch:
 
 @dataclass(frozen=True)
 class PostEvent:
-    """A Kubernetes Event on the job."""
+    """A Kubernetes Event on the job. With a `key` (unique within the job) it is posted in
+    order with the other actions, under a name derived from the job's uid and the key, before
+    the status is written: a replica that decides the same step again posts the same name
+    (409, ignored), so the Event is posted once, and never lost with a replica that died after
+    acting. Without one (repeatable warnings) kopf posts it after the status write."""
 
     type: str  # Normal | Warning
     reason: str
     message: str
+    key: str | None = None
 
 
 Action = Create | Delete | Patch | PostEvent
