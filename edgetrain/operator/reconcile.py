@@ -5,7 +5,7 @@ Jobs per node, cache ConfigMaps and other jobs' producers from kopf indexes (`ha
 a tick lists nothing cluster-wide; only this job's own objects are read, by name or by its
 label, fresh from the API server (an index may lag a create by a moment, and a decision on a
 Job that seems missing would start it twice). Every action is idempotent: 409 on create and
-404 on delete are success.
+404 on delete are success, and so is 409 on a keyed Event (`world.PostEvent`).
 """
 
 from __future__ import annotations
@@ -268,12 +268,12 @@ class Reconciler:
 
     # --- acting ---
 
-    def execute(self, actions: Iterable[wd.Action], patj: Obj | None = None) -> None:
-        """Carry out the actions in order: keyed Events on `patj` too (the others are the
-        caller's: kopf posts them after the status write)."""
+    def execute(self, actions: Iterable[wd.Action], patj: Obj) -> None:
+        """Carry out the actions in order, keyed Events on the job `patj` among them (the others
+        are the caller's: kopf posts them after the status write)."""
         for action in actions:
             if isinstance(action, wd.PostEvent):
-                if action.key is not None and patj is not None:
+                if action.key is not None:
                     self.post_event(patj, action)
             elif isinstance(action, wd.Create):
                 ns = action.body["metadata"].get("namespace")
