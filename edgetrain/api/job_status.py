@@ -227,6 +227,9 @@ class PowerAwareTrainingJobStatus(_Status):
     training: TrainingStatus | None = None
     power_share: PowerShareStatus | None = None
     attempts: PhaseAttempts = Field(default_factory=PhaseAttempts)
+    transitions: int = Field(
+        default=0, description="phase changes so far; they name the job's Events, so an Event is"
+        " posted once however many operator replicas decide the same step")
     started_at: str | None = None
     finished_at: str | None = None
 

@@ -39,7 +39,6 @@ from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 from edgetrain.operator import handlers as hd
-from edgetrain.operator import manifests as mf
 from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
 from edgetrain.operator.budget_metrics import BUDGET_METRICS
 from edgetrain.operator.phases import NodeInfo
@@ -254,7 +253,7 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
     for write in decision.writes:
         path = api_path(API_VERSION, PLURAL, write.namespace, write.name)
         try:
-            kube.patch(path, {"metadata": {"annotations": {
+            patched = kube.patch(path, {"metadata": {"annotations": {
                 ANNOTATION_POWER_ALLOCATION: write.text}}}, "merge")
         except KubeApiError as exc:
             if exc.code != 404:
@@ -265,7 +264,7 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
                     if (r.namespace, r.name) == (write.namespace, write.name)), None)
         with _memo_lock:
             _written[(write.namespace, write.name)] = (raw, write.text)
-        hd.WAKEUPS.job_changed((write.namespace, mf.label_value(write.name)))
+        hd.WAKEUPS.job_changed((write.namespace, str(patched["metadata"]["uid"])))
         log.info("PowerBudget %s: %s/%s share %s (was %s)", name, write.namespace,
                  write.name, write.text, before.annotation)
     _write_status(kube, name, decision.status.model_dump(mode="json", by_alias=True))

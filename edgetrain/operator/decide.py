@@ -125,7 +125,8 @@ def awaited_configmaps(status: PowerAwareTrainingJobStatus) -> list[str]:
 
 def _transition(out: Decision, to: Phase, reason: str, message: str) -> None:
     kind, why, text = ph.transition(out.status, to, reason, message)
-    out.actions.append(PostEvent(kind, why, text))
+    out.status.transitions += 1
+    out.actions.append(PostEvent(kind, why, text, key=f"t{out.status.transitions}-{why}"))
 
 
 # --- the phases ----------------------------------------------------------------------------
@@ -151,6 +152,13 @@ class _Step:
 
     def event(self, kind: str, reason: str, message: str) -> None:
         self.act(PostEvent(kind, reason, message))
+
+    def announce(self, reason: str, what: str, message: str) -> None:
+        """A start Event, keyed by the phase's entry and `what` starts (posted once; see
+        `PostEvent`). Called before the Create it announces: an object that exists was
+        announced, whichever replica made it."""
+        self.act(PostEvent("Normal", reason, message,
+                           key=f"t{self.status.transitions}-{what}"))
 
     def go(self, to: Phase, reason: str, message: str) -> None:
         _transition(self.out, to, reason, message)
@@ -285,9 +293,10 @@ class _Step:
                                    inject=self.inject("estimate", status.attempts.estimate),
                                    hold_release=mf.injected_hold(world.job, self.settings,
                                                                  "estimate"))
+            self.announce("EstimateStarted", f"estimate-{status.attempts.estimate}",
+                          f"job {job_name} on the GPU server")
             self.act(Create("batch/v1", "jobs", body))
             status.attempts.next_retry_at = None
-            self.event("Normal", "EstimateStarted", f"job {job_name} on the GPU server")
             status.message = f"estimating in job {job_name}"
             return
         pods = self.pods_of_job(job_name)
@@ -301,9 +310,8 @@ class _Step:
             self.stuck(job, pods, f"estimate job {job_name}")
 
     def other_producer(self, key: str) -> str | None:
-        mine = mf.label_value(self.world.name)
         for prod in self.world.producers.get(key, ()):
-            if prod.owner != mine:
+            if prod.owner != self.world.uid:
                 return prod.what
         return None
 
@@ -373,10 +381,10 @@ class _Step:
                                         device_model=prof.device_model, node=prof.node,
                                         l4t=prof.l4t, key=prof.key,
                                         inject=self.inject("profile", status.attempts.profile))
+            self.announce("ProfilingStarted", f"profile-{ds_name}",
+                          f"{prof.device_model} on {prof.node} ({ds_name})")
             self.act(Create("apps/v1", "daemonsets", body))
             status.attempts.next_retry_at = None
-            self.event("Normal", "ProfilingStarted",
-                       f"{prof.device_model} on {prof.node} ({ds_name})")
             return False
         model = mf.label_value(prof.device_model)
         pods = [p for p in world.pods
@@ -652,14 +660,14 @@ class _Step:
                             hold_release=mf.injected_hold(self.world.job, self.settings,
                                                           "train"),
                             power_mode=ph.power_mode(sel))
+        job_name = body["metadata"]["name"]
+        self.announce("TrainingStarted", f"train-{training.attempt}",
+                      f"job {job_name} on {sel.node} (b={sel.batch_size},"
+                      f" f={sel.gpu_frequency_hz / 1e6:.0f} MHz)")
         self.act(Create("batch/v1", "jobs", body))
-        training.job, training.node, training.checkpoint_dir = (
-            body["metadata"]["name"], sel.node, ckpt)
+        training.job, training.node, training.checkpoint_dir = job_name, sel.node, ckpt
         status.attempts.next_retry_at = None
         status.message = f"training in job {training.job} on {sel.node}"
-        self.event("Normal", "TrainingStarted",
-                   f"job {training.job} on {sel.node} (b={sel.batch_size},"
-                   f" f={sel.gpu_frequency_hz / 1e6:.0f} MHz)")
 
     def annotate_progress(self, pod: Obj, training: TrainingStatus) -> None:
         """Progress on the training pod, where the node agent exports it for the dashboards."""

@@ -33,7 +33,7 @@ from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.fleet import FleetWatch
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
-from edgetrain.operator.wake import Wakeups, sleep_or_wake
+from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
 from edgetrain.operator.world import Producer
 
 SETTINGS: OperatorSettings = load_settings()
@@ -204,12 +204,12 @@ def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
     obj["metadata"]["namespace"] = body.metadata.namespace
     ns, name = body.metadata.namespace, body.metadata.name
     step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
-    WAKEUPS.await_configmaps((str(ns), mf.label_value(str(name))),
-                             awaited_configmaps(step.status))
+    WAKEUPS.await_configmaps(job_key(body.metadata), awaited_configmaps(step.status))
     for event in step.events:
-        # Events take at most 1024 characters; fit_string keeps the end (the last lines).
-        kopf.event(body, type=event.type, reason=event.reason,
-                   message=fit_string(event.message, 1000))
+        if event.key is None:  # keyed Events were posted before the status write (world.py)
+            # Events take at most 1024 characters; fit_string keeps the end (the last lines).
+            kopf.event(body, type=event.type, reason=event.reason,
+                       message=fit_string(event.message, 1000))
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(level, "%s/%s %s: %s", ns, name, event.reason, event.message)
     elapsed = time.perf_counter() - started
@@ -293,7 +293,7 @@ def on_power_limit(body: kopf.Body, old: Any, new: Any, **kwargs: Any) -> None:
 async def poll(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
     """Reconcile the job when an input it waits for lands (`wake.py`), else every poll
     interval (what no watch reports: pods, nodes, deadlines). The body is kopf's live view."""
-    job = (str(body.metadata.namespace), mf.label_value(str(body.metadata.name)))
+    job = job_key(body.metadata)
     wake = WAKEUPS.register(job)
     loop = asyncio.get_running_loop()
     try:
@@ -326,8 +326,7 @@ async def on_event(type: str, body: kopf.Body, **_: Any) -> None:
     if type == "DELETED" or _final(body):
         forget(str(body.metadata.uid))
         # Its poll loop may sleep for a whole interval: wake it so that it ends by itself.
-        WAKEUPS.job_changed((str(body.metadata.namespace),
-                             mf.label_value(str(body.metadata.name))))
+        WAKEUPS.job_changed(job_key(body.metadata))
 
 
 # --- wake-ups: inputs landing, seen by the index watches (no extra watch) ---------------------
@@ -343,10 +342,11 @@ async def wake_on_cache(namespace: str | None, name: str | None, type: str | Non
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="wake-on-job")
-async def wake_on_job(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+async def wake_on_job(body: kopf.Body, **_: Any) -> None:
     """One of a job's Jobs finished (or failed): wake the job that owns it."""
-    if _done(body):
-        WAKEUPS.job_changed((namespace or "", str(body.metadata.labels[LABEL_JOB])))
+    owner = owner_key(body)
+    if _done(body) and owner is not None:
+        WAKEUPS.job_changed(owner)
 
 
 # --- indexes: the cluster-wide facts a reconcile reads, kept current by watches ---------------
@@ -383,7 +383,7 @@ def _producer(body: kopf.Body, namespace: str | None, name: str, what: str,
     if _done(body):
         return {}
     labels = body.metadata.labels
-    return {(namespace or "", labels[LABEL_CACHE_KEY]): Producer(labels.get(LABEL_JOB, ""),
+    return {(namespace or "", labels[LABEL_CACHE_KEY]): Producer(mf.controller_uid(body) or "",
                                                           f"{what} {name}")}
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,36 @@ def owner_reference(patj: Obj) -> Obj:
         "uid": meta["uid"],
         "controller": True,
         "blockOwnerDeletion": True,
+    }
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller (for what the operator creates: its job's uid)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid") or "") or None
+    return None
+
+
+def job_event(patj: Obj, kind: str, reason: str, message: str, key: str, now: str) -> Obj:
+    """A core/v1 Event on the job, named by the job's uid and `key`: the same key always makes
+    the same name, so posting it twice is refused (409) rather than repeated."""
+    meta = patj["metadata"]
+    digest = hashlib.sha256(f"{meta['uid']}/{key}".encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name'][:200]}.{digest}", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta["uid"]},
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
     }
 
 

@@ -5,7 +5,7 @@ Jobs per node, cache ConfigMaps and other jobs' producers from kopf indexes (`ha
 a tick lists nothing cluster-wide; only this job's own objects are read, by name or by its
 label, fresh from the API server (an index may lag a create by a moment, and a decision on a
 Job that seems missing would start it twice). Every action is idempotent: 409 on create and
-404 on delete are success.
+404 on delete are success, and so is 409 on a keyed Event (`world.PostEvent`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
-from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
+from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
-from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
 from edgetrain.operator import decide as dc
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
@@ -76,6 +76,16 @@ def _retry(read: Callable[[], list[V]]) -> list[V]:
     return read()
 
 
+def owned_by(objs: Mapping[str, Obj], owners: set[str]) -> dict[str, Obj]:
+    """The objects whose controller is one of `owners` (uids)."""
+    return {k: o for k, o in objs.items() if mf.controller_uid(o) in owners}
+
+
+def uids_of(objs: Mapping[str, Obj]) -> set[str]:
+    """The uids of `objs`."""
+    return {str(o["metadata"].get("uid")) for o in objs.values()}
+
+
 @dataclass
 class Step:
     """What one reconcile call decided: the status to write and the Events to post."""
@@ -104,7 +114,7 @@ class Reconciler:
         before a restart answers the create with 409, which counts as success). Profiling still
         reads its DaemonSets: a leftover one must be deleted once its profile is published."""
         meta = patj["metadata"]
-        ns, name = meta["namespace"], meta["name"]
+        ns, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
         job = {"metadata": {k: meta.get(k) for k in
                             ("name", "namespace", "uid", "generation", "annotations")}}
         phase = status.phase
@@ -125,6 +135,8 @@ class Reconciler:
         daemonsets: dict[str, Obj] = {}
         pods: list[Obj] = []
         load: dict[str, int] = {}
+        # The label narrows the list on the server; the owner's uid decides (the label value is
+        # the name cut at 63 characters, which two jobs may share).
         mine = f"{LABEL_JOB}={mf.label_value(name)}"
         worker_identity: bool | None = None
         if phase is Phase.pending:
@@ -138,10 +150,12 @@ class Reconciler:
             producers[key] = tuple(_values(indexes.estimators, (ns, key)))
             # The vector is published: the Job that made it no longer matters to the decision.
             if not entered and cm not in configmaps:
-                jobs = self._list("batch/v1", "jobs", ns, f"{mine},{LABEL_PHASE}=estimate")
+                jobs = owned_by(self._list("batch/v1", "jobs", ns,
+                                           f"{mine},{LABEL_PHASE}=estimate"), {uid})
             if jobs:
-                pods = list(self._list("v1", "pods", ns, f"{mine},{LABEL_PHASE}=estimate")
-                            .values())
+                pods = list(owned_by(self._list("v1", "pods", ns,
+                                                f"{mine},{LABEL_PHASE}=estimate"),
+                                     uids_of(jobs)).values())
                 if cm not in configmaps:
                     # The index may not show what a just-finished estimate published yet.
                     got = self.kube.get_or_none(api_path("v1", "configmaps", ns, cm))
@@ -153,10 +167,12 @@ class Reconciler:
             configmaps.update(self._cache(indexes, ns, [mf.profile_configmap_name(k)
                                                         for k in keys]))
             producers.update({k: tuple(_values(indexes.profilers, (ns, k))) for k in keys})
-            daemonsets = self._list("apps/v1", "daemonsets", ns, f"{mine},{LABEL_PHASE}=profile")
+            daemonsets = owned_by(self._list("apps/v1", "daemonsets", ns,
+                                             f"{mine},{LABEL_PHASE}=profile"), {uid})
             if daemonsets:
-                pods = list(self._list("v1", "pods", ns, f"{mine},{LABEL_PHASE}=profile")
-                            .values())
+                pods = list(owned_by(self._list("v1", "pods", ns,
+                                                f"{mine},{LABEL_PHASE}=profile"),
+                                     uids_of(daemonsets)).values())
         elif phase is Phase.selecting:
             names = [p.config_map for p in status.profiles]
             if status.efficiency is not None:
@@ -252,10 +268,14 @@ class Reconciler:
 
     # --- acting ---
 
-    def execute(self, actions: Iterable[wd.Action]) -> None:
-        """Carry out the actions in order (Events are the caller's: kopf posts them)."""
+    def execute(self, actions: Iterable[wd.Action], patj: Obj) -> None:
+        """Carry out the actions in order, keyed Events on the job `patj` among them (the others
+        are the caller's: kopf posts them after the status write)."""
         for action in actions:
-            if isinstance(action, wd.Create):
+            if isinstance(action, wd.PostEvent):
+                if action.key is not None:
+                    self.post_event(patj, action)
+            elif isinstance(action, wd.Create):
                 ns = action.body["metadata"].get("namespace")
                 try:
                     self.kube.create(api_path(action.api_version, action.plural, ns), action.body)
@@ -281,6 +301,19 @@ class Reconciler:
                     elif exc.code != 404:
                         raise
 
+    def post_event(self, patj: Obj, event: wd.PostEvent) -> None:
+        """Post a keyed Event; one of the same key posted before (by any replica) is success.
+        Any other refusal raises: the status is then not written, and the step is decided and
+        posted again on the next tick."""
+        assert event.key is not None
+        body = mf.job_event(patj, event.type, event.reason, fit_string(event.message, 1000),
+                            event.key, now_rfc3339())
+        try:
+            self.kube.create(api_path("v1", "events", body["metadata"]["namespace"]), body)
+        except KubeApiError as exc:
+            if exc.code != 409:
+                raise
+
     # --- entry point ---
 
     def reconcile(self, patj: Obj, indexes: Indexes | None = None) -> Step:
@@ -297,7 +330,7 @@ class Reconciler:
         for _ in range(5):
             world = self.world(patj, step.status, spec, indexes, entered)
             decision = dc.decide(spec, step.status, world, self.settings)
-            self.execute(decision.actions)
+            self.execute(decision.actions, patj)
             step.events += decision.events
             before, step.status = step.status.phase, decision.status
             if step.status.phase is before or step.status.phase.final:

@@ -13,10 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-# (namespace, the job's edgetrain.io/job label value): labels are what a watched object carries.
+from edgetrain.operator.manifests import controller_uid
+
+# (namespace, the job's uid). Not its name or its edgetrain.io/job label: label values are cut at
+# 63 characters, so two long names would share one key. A watched object the operator made names
+# its job by its controller ownerReference (`manifests.controller_uid`), which every object
+# made since the first release carries.
 JobKey = tuple[str, str]
+
+
+def job_key(metadata: Mapping[str, Any]) -> JobKey:
+    """A job's key, from its metadata."""
+    return (str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
+
+
+def owner_key(obj: Mapping[str, Any]) -> JobKey | None:
+    """The key of the job that made `obj` (a Job, DaemonSet, ConfigMap); None: not one's."""
+    uid = controller_uid(obj)
+    if uid is None:
+        return None
+    return (str((obj.get("metadata") or {}).get("namespace") or ""), uid)
 
 
 class Wakeups:

@@ -17,7 +17,7 @@ from edgetrain.operator.phases import NodeInfo
 class Producer:
     """Another job's estimate Job or profiling DaemonSet that is still making a cache entry."""
 
-    owner: str  # the edgetrain.io/job label of the job that made it
+    owner: str  # the uid of the job that made it (its controller ownerReference)
     what: str  # "job x" / "daemonset y", for the message
 
 
@@ -48,6 +48,11 @@ class World:
     def name(self) -> str:
         """The job's name."""
         return str(self.job["metadata"]["name"])
+
+    @property
+    def uid(self) -> str:
+        """The job's uid."""
+        return str(self.job["metadata"].get("uid") or "")
 
     @property
     def namespace(self) -> str:
@@ -100,11 +105,16 @@ class Patch:
 
 @dataclass(frozen=True)
 class PostEvent:
-    """A Kubernetes Event on the job."""
+    """A Kubernetes Event on the job. With a `key` (unique within the job) it is posted in
+    order with the other actions, under a name derived from the job's uid and the key, before
+    the status is written: a replica that decides the same step again posts the same name
+    (409, ignored), so the Event is posted once, and never lost with a replica that died after
+    acting. Without one (repeatable warnings) kopf posts it after the status write."""
 
     type: str  # Normal | Warning
     reason: str
     message: str
+    key: str | None = None
 
 
 Action = Create | Delete | Patch | PostEvent

@@ -10,8 +10,11 @@ from edgetrain.api.job_status import (
     PowerAwareTrainingJobStatus,
     ProfileStatus,
 )
+from edgetrain.operator import manifests as mf
 from edgetrain.operator.decide import awaited_configmaps
-from edgetrain.operator.wake import Wakeups, sleep_or_wake
+from edgetrain.operator.reconcile import owned_by
+from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
+from tests.operator.test_decide import SETTINGS, SPEC
 
 
 def test_a_configmap_wakes_only_the_jobs_waiting_for_it() -> None:
@@ -81,3 +84,30 @@ def test_awaited_configmaps_per_phase() -> None:
     )
     assert awaited_configmaps(prof) == ["p-1", "p-2"]
     assert awaited_configmaps(PowerAwareTrainingJobStatus(phase=Phase.training)) == []
+
+
+def test_two_names_sharing_63_characters_have_distinct_keys() -> None:
+    """Label values are cut at 63 characters: two such jobs share `edgetrain.io/job`, but their
+    wake-up keys, and the owner their Jobs are matched to, are their own."""
+    stem = "x" * 63
+    a, b = ({"metadata": {"name": f"{stem}-{tail}", "namespace": "ns", "uid": uid}}
+            for tail, uid in (("one", "uid-a"), ("two", "uid-b")))
+    job_a, job_b = (mf.estimate_job(p, SPEC, SETTINGS, key="k", attempt=0, inject=None,
+                                    hold_release=None) for p in (a, b))
+    assert (job_a["metadata"]["labels"]["edgetrain.io/job"]
+            == job_b["metadata"]["labels"]["edgetrain.io/job"])  # what the old key was
+    assert job_key(a["metadata"]) != job_key(b["metadata"])
+    assert owner_key(job_a) == job_key(a["metadata"]) and owner_key(job_b) == job_key(
+        b["metadata"])
+    assert owner_key({"metadata": {"name": "stray"}}) is None
+    listed = {"a": job_a, "b": job_b}
+    assert list(owned_by(listed, {"uid-a"})) == ["a"]
+
+    async def scenario() -> tuple[bool, bool]:
+        w = Wakeups()
+        ev_a, ev_b = w.register(job_key(a["metadata"])), w.register(job_key(b["metadata"]))
+        owner = owner_key(job_b)
+        assert owner is not None and w.job_changed(owner)
+        return ev_a.is_set(), ev_b.is_set()
+
+    assert asyncio.run(scenario()) == (False, True)
