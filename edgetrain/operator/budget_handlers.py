@@ -40,7 +40,7 @@ from edgetrain.api.job_status import Phase, fit_string
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, NODE_AGENT_POD_SELECTOR
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import parse_profile_csv
-from edgetrain.kube import KubeApiError, KubeClient, api_path, now_rfc3339
+from edgetrain.kube import KubeApiError, KubeClient, api_path, now_micro
 from edgetrain.operator import handlers as hd
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
@@ -67,7 +67,7 @@ _written: dict[tuple[str, str], tuple[str | None, str]] = {}
 _configmaps: dict[tuple[str, str], dict[str, str]] = {}
 MAX_CACHED_CONFIGMAPS = 256
 SCRAPE_TIMEOUT_S = 2.0
-# budget → (monotonic time of its last reading, its nodes, the reading, when (RFC 3339)).
+# budget → (monotonic time of its last reading, its nodes, the reading, when (RFC 3339, µs)).
 _measured: dict[str, tuple[float, tuple[str, ...], MeasuredDraw, str]] = {}
 
 
@@ -314,7 +314,7 @@ def _measure(kube: KubeClient, name: str, nodes: list[str]) -> tuple[MeasuredDra
     if measured.missing:
         log.info("PowerBudget %s: no reading from the node agents of %s", name,
                  ", ".join(measured.missing))
-    at = now_rfc3339()
+    at = now_micro()
     _measured[name] = (time.monotonic(), key, measured, at)
     return measured, at
 
