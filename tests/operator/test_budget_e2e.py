@@ -342,7 +342,7 @@ def test_measured_draw_is_the_agents_sum(
     names = ["m1", "m2"]
     try:
         with chart_agents(cluster, kube, namespace, budget) as urls, \
-                AgentReadings(urls) as readings, Watch(kube, budget, namespace, names):
+                AgentReadings(urls) as readings:
             assert sorted(urls) == nodes, urls
             idle = kube.wait_for(path, lambda o: (o.get("status") or {}).get("unmeasuredNodes")
                                  == [] and o["status"].get("measuredWatts") is not None,
