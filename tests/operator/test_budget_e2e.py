@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import shutil
 import threading
 import time
@@ -387,6 +388,11 @@ def test_measured_draw_is_the_agents_sum(
             if trains:
                 training.append(watts)
         assert checked >= 10 and not off, (checked, off[:5])
+        # At most one reading per poll interval (1 s here), however often jobs woke the loop.
+        times = sorted(dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+                       for at in seen)
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= 0.99, sorted(gaps)[:5]
         assert training and max(training) > idle_w + 1.0, (idle_w, training)  # load counted
         # The dashboard's row plots this metric, and Prometheus has the training peak in it.
         (expr,) = [q for _d, title, q in dashboard_queries()
