@@ -167,6 +167,14 @@ class PowerBudgetStatus(_Status):
     idle_watts: float | None = Field(default=None,
                                      description="idle draw of the site's nodes running no job")
     planned_watts: float | None = Field(default=None, description="the planned site draw")
+    measured_watts: float | None = Field(
+        default=None, description="the site's measured draw: the node agents' last board power "
+        "readings summed (partial when unmeasuredNodes is not empty)")
+    measured_at: str | None = Field(default=None, description="when measuredWatts was read")
+    unmeasured_nodes: list[str] = Field(
+        default_factory=list,
+        description="the budget's nodes whose node agent could not be read: measuredWatts "
+        "leaves them out")
     nodes: list[str] = Field(default_factory=list)
     jobs: int = 0
     waiting: int = 0

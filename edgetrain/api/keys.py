@@ -16,6 +16,12 @@ ANNOTATION_SIMULATED = "edgetrain.io/simulated"
 ANNOTATION_NODE_AGENT = "edgetrain.io/node-agent"
 ANNOTATION_VNODE_DIR = "edgetrain.io/vnode-dir"  # a virtual node's working folder
 
+# The chart's node-agent pods (templates/agent.yaml) and how Prometheus finds their endpoint:
+# the operator reads a site's measured draw from them the same way.
+NODE_AGENT_POD_SELECTOR = "app.kubernetes.io/name=edgetrain,app.kubernetes.io/component=node-agent"
+ANNOTATION_PROMETHEUS_PORT = "prometheus.io/port"
+ANNOTATION_PROMETHEUS_PATH = "prometheus.io/path"
+
 NODE_KIND_SERVER = "server"
 NODE_KIND_JETSON = "jetson"
 

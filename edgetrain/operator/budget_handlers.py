@@ -5,7 +5,8 @@ index on the jobs' `status.powerShare`), their profiles and efficiency vectors (
 ConfigMaps, read once by name: their content never changes under a name), decides, writes the
 grants as job annotations (waking those jobs), the budget's status, its Events and metrics.
 It runs when a job with a share changes, when the budget is edited, at each schedule step and
-every poll interval.
+every poll interval. It also reads the site's measured draw from the node agents' /metrics (as
+Prometheus does), at most once per poll interval per budget, however many jobs wake it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import kopf
 from pydantic import ValidationError
 
@@ -34,12 +37,18 @@ from edgetrain.api.crd import GROUP, PLURAL, VERSION
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import API_VERSION
 from edgetrain.api.job_status import Phase, fit_string
-from edgetrain.api.keys import LABEL_DEVICE_MODEL
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, NODE_AGENT_POD_SELECTOR
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import parse_profile_csv
-from edgetrain.kube import KubeApiError, KubeClient, api_path
+from edgetrain.kube import KubeApiError, KubeClient, api_path, now_micro
 from edgetrain.operator import handlers as hd
 from edgetrain.operator.budget import BudgetJob, decide_budget, job_node
+from edgetrain.operator.budget_measure import (
+    MeasuredDraw,
+    agent_endpoints,
+    measured_draw,
+    power_reading,
+)
 from edgetrain.operator.budget_metrics import BUDGET_METRICS
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.wake import sleep_or_wake
@@ -56,6 +65,9 @@ _written: dict[tuple[str, str], tuple[str | None, str]] = {}
 # (namespace, ConfigMap) → its data: cache entries never change under one name.
 _configmaps: dict[tuple[str, str], dict[str, str]] = {}
 MAX_CACHED_CONFIGMAPS = 256
+SCRAPE_TIMEOUT_S = 2.0
+# budget → (monotonic time of its last reading, its nodes, the reading, when (RFC 3339, µs)).
+_measured: dict[str, tuple[float, tuple[str, ...], MeasuredDraw, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -162,6 +174,7 @@ async def budget_loop(body: kopf.Body, name: str, stopped: kopf.DaemonStopped,
     finally:
         _wakes.pop(name, None)
         _loops.pop(name, None)
+        _measured.pop(name, None)
         BUDGET_METRICS.forget(name)
 
 
@@ -267,15 +280,53 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
         hd.WAKEUPS.job_changed((write.namespace, str(patched["metadata"]["uid"])))
         log.info("PowerBudget %s: %s/%s share %s (was %s)", name, write.namespace,
                  write.name, write.text, before.annotation)
-    _write_status(kube, name, decision.status.model_dump(mode="json", by_alias=True))
+    measured, measured_at = _measure(kube, name, decision.status.nodes)
+    status = decision.status.model_copy(update={
+        "measured_watts": measured.watts, "measured_at": measured_at,
+        "unmeasured_nodes": list(measured.missing)})
+    _write_status(kube, name, status.model_dump(mode="json", by_alias=True))
     for kind, reason, message in decision.events:
         kopf.event(body, type=kind, reason=reason, message=fit_string(message, 1000))
         log.log(logging.WARNING if kind == "Warning" else logging.INFO, "PowerBudget %s %s: %s",
                 name, reason, message)
-    BUDGET_METRICS.update(name, decision.status)
+    BUDGET_METRICS.update(name, status)
     wait = hd.SETTINGS.poll_interval_s
     step = spec.next_change_s(now % 86_400)
     return wait if step is None else max(0.5, min(wait, step + 0.5))
+
+
+def _measure(kube: KubeClient, name: str, nodes: list[str]) -> tuple[MeasuredDraw, str]:
+    """The site's measured draw, read again at most once per poll interval."""
+    last, key = _measured.get(name), tuple(sorted(nodes))
+    if last is not None and last[1] == key \
+            and time.monotonic() - last[0] < hd.SETTINGS.poll_interval_s:
+        return last[2], last[3]
+    try:
+        pods = kube.get(api_path("v1", "pods"), labelSelector=NODE_AGENT_POD_SELECTOR)["items"]
+    except KubeApiError as exc:
+        log.warning("PowerBudget %s: node agents not listed (HTTP %s)", name, exc.code)
+        pods = []
+    urls = agent_endpoints(pods, nodes)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(urls)))) as pool:
+        readings = dict(zip(urls, pool.map(_scrape, urls.keys(), urls.values()), strict=True))
+    measured = measured_draw(nodes, readings)
+    if measured.missing:
+        log.info("PowerBudget %s: no reading from the node agents of %s", name,
+                 ", ".join(measured.missing))
+    at = now_micro()
+    _measured[name] = (time.monotonic(), key, measured, at)
+    return measured, at
+
+
+def _scrape(node: str, url: str) -> float | None:
+    """One agent's board power, or None (unreachable, an error, no reading)."""
+    try:
+        resp = httpx.get(url, timeout=SCRAPE_TIMEOUT_S)
+        resp.raise_for_status()
+        return power_reading(resp.text, node)
+    except (httpx.HTTPError, ValueError) as exc:
+        log.debug("node agent of %s at %s: %s", node, url, exc)
+        return None
 
 
 def _write_status(kube: KubeClient, name: str, status: dict[str, Any]) -> None:

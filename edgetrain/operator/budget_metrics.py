@@ -1,7 +1,9 @@
-"""Prometheus gauges of the PowerBudgets (cap, idle, planned draw, each job's share).
+"""Prometheus gauges of the PowerBudgets (cap, idle, planned and measured draw, each job's
+share, the nodes whose agent gave no reading).
 
-The site's measured draw is the node agents' `edgetrain_power_total_watts` summed over the
-budget's nodes, joined on `edgetrain_budget_node_info` (the dashboard's query).
+The measured draw is the operator's own sum of the node agents' `edgetrain_power_total_watts`
+(it scrapes them as Prometheus does), so the cap, the plan and the draw come from one process
+at one moment, and a node it could not read is named, not silently left out.
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ class BudgetMetrics:
         self.planned = Gauge("edgetrain_budget_planned_watts",
                              "Planned site draw (idle nodes + every job's committed share)",
                              ["budget"], registry=r)
+        self.measured = Gauge("edgetrain_budget_measured_watts",
+                              "Measured site draw: the node agents' board power summed "
+                              "(partial: see edgetrain_budget_unmeasured_node_info)",
+                              ["budget"], registry=r)
+        self.unmeasured = Gauge("edgetrain_budget_unmeasured_node_info",
+                                "A node of the budget whose agent gave no reading (value 1)",
+                                ["budget", "node"], registry=r)
         self.share = Gauge("edgetrain_budget_allocation_watts",
                            "A job's granted share (0: waiting)",
                            ["budget", "namespace", "job", "node"], registry=r)
         self.node = Gauge("edgetrain_budget_node_info", "A node under the budget (value 1)",
                           ["budget", "node"], registry=r)
         self._lock = threading.Lock()
-        self._series: dict[str, tuple[list[tuple[str, ...]], list[tuple[str, ...]]]] = {}
+        self._series: dict[str, tuple[list[tuple[str, ...]], ...]] = {}
 
     def update(self, budget: str, status: PowerBudgetStatus) -> None:
         """The budget's series from its status."""
@@ -49,22 +58,32 @@ class BudgetMetrics:
             nodes: list[tuple[str, ...]] = [(budget, n) for n in status.nodes]
             for node in nodes:
                 self.node.labels(*node).set(1)
-            self._series[budget] = (shares, nodes)
+            if status.measured_watts is None:
+                with contextlib.suppress(KeyError):
+                    self.measured.remove(budget)
+            else:
+                self.measured.labels(budget).set(status.measured_watts)
+            missing: list[tuple[str, ...]] = [(budget, n) for n in status.unmeasured_nodes]
+            for node in missing:
+                self.unmeasured.labels(*node).set(1)
+            self._series[budget] = (shares, nodes, missing)
 
     def forget(self, budget: str) -> None:
         """Drop a deleted budget's series."""
         with self._lock:
             self._drop(budget)
-            for gauge in (self.cap, self.idle, self.planned):
+            for gauge in (self.cap, self.idle, self.planned, self.measured):
                 with contextlib.suppress(KeyError):
                     gauge.remove(budget)
 
     def _drop(self, budget: str) -> None:
-        shares, nodes = self._series.pop(budget, ([], []))
+        shares, nodes, missing = self._series.pop(budget, ([], [], []))
         for labels in shares:
             self.share.remove(*labels)
         for labels in nodes:
             self.node.remove(*labels)
+        for labels in missing:
+            self.unmeasured.remove(*labels)
 
 
 BUDGET_METRICS = BudgetMetrics()

@@ -168,14 +168,36 @@ def test_network_policies() -> None:
             for d in docs if d["kind"] == "NetworkPolicy"}
     assert set(pols) == {"operator", "node-agent"}
     op, agent = pols["operator"], pols["node-agent"]
-    # The operator: egress to the API server's ports only, ingress for the kubelet's probes.
+    # The operator: egress to the API server's ports and to the agents' metrics port (a
+    # budget's measured draw), ingress for the kubelet's probes.
+    api = {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
+    agents = {"namespaceSelector": {"matchLabels": {
+                  "kubernetes.io/metadata.name": "edgetrain-node-agent"}},
+              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "edgetrain",
+                                              "app.kubernetes.io/instance": "t",
+                                              "app.kubernetes.io/component": "node-agent"}}}
     assert op["policyTypes"] == ["Ingress", "Egress"]
-    assert op["egress"] == [{"ports": [{"protocol": "TCP", "port": 443},
-                                       {"protocol": "TCP", "port": 6443}]}]
+    assert op["egress"] == [api, {"ports": [{"protocol": "TCP", "port": 9400}],
+                                  "to": [agents]}]
     assert op["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
     # The agent: scrapes on its metrics port only.
     assert agent["ingress"] == [{"ports": [{"protocol": "TCP", "port": 9400}]}]
-    assert agent["egress"] == op["egress"]
+    assert agent["egress"] == [api]
+    # Host-network agents listen on their node's address: any address, that port only.
+    hostnet = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]
+               for d in render("agent.hostNetwork=true") if d["kind"] == "NetworkPolicy"}
+    assert hostnet["operator"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": 9400}]}
+    # Scrapes narrowed to Prometheus still let the operator in.
+    narrowed_from = render('networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus')
+    (peers,) = [d["spec"]["ingress"][0]["from"] for d in narrowed_from
+                if d["kind"] == "NetworkPolicy"
+                and d["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent"]
+    assert peers == [{"podSelector": {"matchLabels": {"app": "prometheus"}}},
+                     {"namespaceSelector": {"matchLabels": {
+                         "kubernetes.io/metadata.name": "edgetrain"}},
+                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "edgetrain",
+                                                      "app.kubernetes.io/instance": "t",
+                                                      "app.kubernetes.io/component": "operator"}}}]
     narrowed = render("networkPolicy.apiServer.cidrs={10.0.0.1/32}")
     np = next(d for d in narrowed if d["kind"] == "NetworkPolicy")
     assert np["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]

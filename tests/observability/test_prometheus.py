@@ -101,11 +101,20 @@ def budget_exporter(fleet: dict[str, Any]) -> Iterator[str]:
     from prometheus_client import start_http_server
 
     from edgetrain.api.budget import BudgetAllocationStatus, PowerBudgetStatus
+    from edgetrain.operator.budget_measure import MeasuredDraw, measured_draw, power_reading
     from edgetrain.operator.budget_metrics import BudgetMetrics
 
+    # The measured draw as the operator reads it: each agent's own exposition, summed.
+    def read() -> MeasuredDraw | None:
+        got = measured_draw([NANO, ORIN], {a.node: power_reading(a.metrics(), a.node)
+                                           for a in fleet["agents"]})
+        return None if got.missing else got
+
+    measured = wait_until(read, 30, "both agents read their power", interval_s=0.5)
     gauges = BudgetMetrics()
     gauges.update("site", PowerBudgetStatus(
         cap_watts=20.0, idle_watts=0.0, planned_watts=19.0, nodes=[NANO, ORIN], jobs=1,
+        measured_watts=measured.watts,
         allocations=[BudgetAllocationStatus(namespace=fleet["namespace"], name="job-a",
                                             node=NANO, watts=6.0)]))
     port = free_ports(1)[0]

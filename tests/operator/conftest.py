@@ -86,6 +86,7 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes]
     log: Path
     checkpoints: Path
+    metrics_url: str = ""  # its Prometheus /metrics (the PowerBudget gauges)
 
     def rss_bytes(self) -> int:
         """Resident memory of the operator process."""
@@ -104,8 +105,11 @@ def operator(
     cluster: LocalCluster, crds: None, vnodes: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """One operator for the session: fast polling and retries, fault injection enabled."""
+    from edgetrain.cluster.controlplane import free_ports
+
     work = tmp_path_factory.mktemp("operator")
     log = work / "operator.log"
+    metrics_port = free_ports(1)[0]
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
@@ -117,13 +121,15 @@ def operator(
         "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
         # A job whose placement matches no Ready node fails after this (300 s by default).
         "EDGETRAIN_OPERATOR_NO_NODE_GRACE_S": "5",
+        "EDGETRAIN_OPERATOR_METRICS_PORT": str(metrics_port),
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "edgetrain", "operator", "--verbose"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
-    op = OperatorProcess(proc, log, work / "checkpoints")
+    op = OperatorProcess(proc, log, work / "checkpoints",
+                         f"http://127.0.0.1:{metrics_port}/metrics")
     try:
         deadline = time.monotonic() + 60
         while "Initial authentication has finished" not in op.log_text():

@@ -12,12 +12,16 @@ so none finishes before the test has looked.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import itertools
+import shutil
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from edgetrain.api import EfficiencyVector
@@ -26,11 +30,20 @@ from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
 from edgetrain.api.profile import parse_profile_csv
-from edgetrain.cluster import KubeApiError, KubeClient, VNodeAgent, api_path, node_specs
+from edgetrain.cluster import (
+    KubeApiError,
+    KubeClient,
+    LocalCluster,
+    VNodeAgent,
+    api_path,
+    node_specs,
+)
+from edgetrain.cluster.controlplane import free_ports
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.manifests import release_configmap_name
 from edgetrain.planner.budget import JobOptions, job_options
 from edgetrain.planner.lut import Lut
+from tests.node_agent.helpers import sample_value, wait_until
 from tests.operator.conftest import GROUP_VERSION, OperatorProcess, job_manifest, patj_path
 from tests.operator.test_e2e import LONGER, _events, _wait_status
 
@@ -237,3 +250,161 @@ def _options(kube: KubeClient, namespace: str, status: dict[str, Any]) -> JobOpt
                             status["efficiency"]["configMap"]))["data"]["efficiency.json"]
     return job_options("b1", Lut.from_points(parse_profile_csv(profile)),
                        parse_efficiency_json(eff), limit_w=5.0)
+
+
+class AgentReadings:
+    """Every node agent's own board power (its /metrics), read every 0.2 s in a thread."""
+
+    def __init__(self, urls: dict[str, str]) -> None:
+        self.urls = urls
+        self.samples: list[tuple[float, str, float]] = []  # (time, node, W)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> AgentReadings:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            for node, url in self.urls.items():
+                with contextlib.suppress(httpx.HTTPError):
+                    value = sample_value(httpx.get(url, timeout=2).text,
+                                         "edgetrain_power_total_watts", node=node)
+                    if value is not None:
+                        self.samples.append((time.time(), node, value))
+
+    def bounds(self, start_s: float, end_s: float) -> tuple[float, float] | None:
+        """(Σ lowest, Σ highest) of each node's readings in the window; None: a node unread."""
+        lo: dict[str, float] = {}
+        hi: dict[str, float] = {}
+        for t, node, w in list(self.samples):
+            if start_s <= t <= end_s:
+                lo[node], hi[node] = min(lo.get(node, w), w), max(hi.get(node, w), w)
+        if set(lo) != set(self.urls):
+            return None
+        return sum(lo.values()), sum(hi.values())
+
+
+@contextlib.contextmanager
+def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str, site_name: str,
+                 ) -> Iterator[dict[str, str]]:
+    """The chart's node agents (agent only, as `helm install` puts them) on the site's nodes;
+    node → its metrics URL, read from the pods the way Prometheus' pod discovery does."""
+    from tests.observability.test_chart import CHART, helm
+
+    release, port = f"m{namespace[-6:]}", free_ports(1)[0]
+    helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
+         "--set", "operator.enabled=false", "--set", f"agent.metrics.port={port}",
+         "--set-json", f'agent.nodeSelector={{"edgetrain.io/site":"{site_name}"}}',
+         kubeconfig=cluster.kubeconfig)
+    try:
+        pods = kube.get(api_path("v1", "pods", f"{namespace}-node-agent"),
+                        labelSelector=f"app.kubernetes.io/instance={release}")["items"]
+        yield {p["spec"]["nodeName"]: f"http://{p['status']['podIP']}:"
+               f"{p['metadata']['annotations']['prometheus.io/port']}/metrics" for p in pods}
+    finally:
+        helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s",
+             kubeconfig=cluster.kubeconfig, check=False)
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=f"{namespace}-node-agent"))
+
+
+def test_measured_draw_is_the_agents_sum(
+    cluster: LocalCluster, kube: KubeClient, namespace: str, operator: OperatorProcess,
+    site: tuple[str, VNodeAgent], tmp_path: Path,
+) -> None:
+    """The operator's measured site draw is the sum of the chart's node agents' own readings
+    while two jobs train; nodes without an agent are named; the dashboard row plots it."""
+    from tests.observability.test_prometheus import dashboard_queries, run_prometheus
+
+    budget, agent = site
+    nodes = sorted(n.name for n in agent.nodes)
+    path = api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget)
+    # No agent yet: no number, and every node named as unread (status and metric).
+    st = kube.wait_for(path, lambda o: (o.get("status") or {}).get("unmeasuredNodes") == nodes,
+                       timeout_s=60, interval_s=0.5, what="all 3 nodes unmeasured")["status"]
+    assert st.get("measuredWatts") is None, st
+
+    def all_unread() -> str | None:
+        text = httpx.get(operator.metrics_url, timeout=5).text
+        return text if all(f'edgetrain_budget_unmeasured_node_info{{budget="{budget}",'
+                           f'node="{n}"}} 1.0' in text for n in nodes) else None
+
+    text = wait_until(all_unread, 30, "the unread nodes as metrics")
+    assert f'edgetrain_budget_measured_watts{{budget="{budget}"}}' not in text
+    prom, prom_url = run_prometheus(shutil.which("prometheus") or "prometheus", {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+        "scrape_configs": [{"job_name": "edgetrain-operator", "static_configs": [
+            {"targets": [operator.metrics_url.split("/")[2]]}]}]}, tmp_path)
+    names = ["m1", "m2"]
+    try:
+        with chart_agents(cluster, kube, namespace, budget) as urls, \
+                AgentReadings(urls) as readings:
+            assert sorted(urls) == nodes, urls
+            idle = kube.wait_for(path, lambda o: (o.get("status") or {}).get("unmeasuredNodes")
+                                 == [] and o["status"].get("measuredWatts") is not None,
+                                 timeout_s=60, interval_s=0.5, what="all 3 nodes measured")
+            idle_w = idle["status"]["measuredWatts"]
+            seen: dict[str, tuple[float, bool]] = {}  # measuredAt → (W, a job training)
+            manifests = [job_manifest(n, placement={"nodeSelector": {
+                "edgetrain.io/site": budget}}, **LONGER) for n in names]
+            seed_efficiency(kube, namespace, manifests[0]["spec"])
+            for body in manifests:
+                kube.create(patj_path(namespace), body)
+            deadline = time.monotonic() + 600
+            phases: dict[str, str] = {}
+            while time.monotonic() < deadline and not all(
+                    phases.get(n) in ("Succeeded", "Failed") for n in names):
+                st = _budget(kube, budget).get("status") or {}
+                phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase", "")
+                          for o in kube.get(patj_path(namespace))["items"]}
+                if st.get("measuredAt") and not st.get("unmeasuredNodes"):
+                    seen[st["measuredAt"]] = (st["measuredWatts"], "Training" in phases.values())
+                time.sleep(0.3)
+            assert [phases.get(n) for n in names] == ["Succeeded"] * 2, (
+                phases, operator.log_text()[-3000:])
+            # The metric is the status' number (one process, one step).
+            last = _budget(kube, budget)["status"]["measuredWatts"]
+            wait_until(lambda: f'edgetrain_budget_measured_watts{{budget="{budget}"}} '
+                       f'{float(_budget(kube, budget)["status"]["measuredWatts"])}'
+                       in httpx.get(operator.metrics_url, timeout=5).text, 30,
+                       f"the metric shows the status' measured draw (last {last})")
+        # Each reading equals the agents' own readings summed at its time: within the lowest
+        # and highest each agent served from 3 s before it (the scrape's timeout, the
+        # agents' tick) to 1 s after.
+        checked, training, off = 0, [], []
+        for at, (watts, trains) in seen.items():
+            t = dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            window = readings.bounds(t - 3.0, t + 1.0)
+            if window is None:
+                continue
+            checked += 1
+            if not window[0] - 0.01 <= watts <= window[1] + 0.01:
+                off.append((at, watts, window))
+            if trains:
+                training.append(watts)
+        assert checked >= 10 and not off, (checked, off[:5])
+        # At most one reading per poll interval (1 s here), however often jobs woke the loop.
+        times = sorted(dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+                       for at in seen)
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= 0.99, sorted(gaps)[:5]
+        assert training and max(training) > idle_w + 1.0, (idle_w, training)  # load counted
+        # The dashboard's row plots this metric, and Prometheus has the training peak in it.
+        (expr,) = [q for _d, title, q in dashboard_queries()
+                   if title == "Site power vs cap (PowerBudget)" and "measured" in q]
+        assert expr == "edgetrain_budget_measured_watts"
+        result = httpx.get(f"{prom_url}/api/v1/query", params={
+            "query": f'max_over_time({expr}{{budget="{budget}"}}[15m])'}, timeout=10).json()
+        peak = float(result["data"]["result"][0]["value"][1])
+        assert idle_w + 1.0 < peak <= max(w for w, _ in seen.values()) + 1e-6, (peak, idle_w)
+        print(f"\nmeasured site draw (simulated): idle {idle_w:.2f} W, training peak "
+              f"{max(training):.2f} W; {checked} operator readings, each within the agents' "
+              f"own readings summed")
+    finally:
+        prom.kill()
+        prom.wait(timeout=10)

@@ -21,8 +21,15 @@ def test_series_follow_the_status() -> None:
             ' 3.5') in text
     assert 'job="b",namespace="ns",node="n2"} 0.0' in text  # waiting
     assert 'edgetrain_budget_node_info{budget="farm",node="n2"} 1.0' in text
-    m.update("farm", PowerBudgetStatus(cap_watts=6, nodes=["n1"]))
+    assert "edgetrain_budget_measured_watts{" not in text  # never read: no number
+    m.update("farm", PowerBudgetStatus(cap_watts=9, nodes=["n1", "n2"], measured_watts=2.5,
+                                       unmeasured_nodes=["n2"]))
+    text = generate_latest(m.registry).decode()
+    assert 'edgetrain_budget_measured_watts{budget="farm"} 2.5' in text
+    assert 'edgetrain_budget_unmeasured_node_info{budget="farm",node="n2"} 1.0' in text
+    m.update("farm", PowerBudgetStatus(cap_watts=6, nodes=["n1"], measured_watts=1.5))
     text = generate_latest(m.registry).decode()
     assert 'job="a"' not in text and 'node="n2"' not in text
+    assert 'edgetrain_budget_measured_watts{budget="farm"} 1.5' in text
     m.forget("farm")
     assert "farm" not in generate_latest(m.registry).decode()
