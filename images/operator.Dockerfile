@@ -21,7 +21,7 @@ COPY edgetrain /src/edgetrain
 # The package's own build uses the setuptools installed above, not an isolated build env: under
 # arm64 emulation, making that env on every source change cost minutes.
 RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps --no-build-isolation /src \
- && /opt/venv/bin/python -c "import edgetrain.operator.runner, edgetrain.operator.handlers" \
+ && /opt/venv/bin/python -c "import edgetrain.operator.runner, edgetrain.operator.handlers, edgetrain.operator.budget_handlers" \
  && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools wheel
 
 FROM ${BASE}

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import kopf
+import urllib3
 from pydantic import ValidationError
 
 from edgetrain.api.budget import (
@@ -318,13 +318,18 @@ def _measure(kube: KubeClient, name: str, nodes: list[str]) -> tuple[MeasuredDra
     return measured, at
 
 
+# urllib3 (the kubernetes client's own HTTP library): the operator image carries no other.
+_http = urllib3.PoolManager(maxsize=8)
+
+
 def _scrape(node: str, url: str) -> float | None:
     """One agent's board power, or None (unreachable, an error, no reading)."""
     try:
-        resp = httpx.get(url, timeout=SCRAPE_TIMEOUT_S)
-        resp.raise_for_status()
-        return power_reading(resp.text, node)
-    except (httpx.HTTPError, ValueError) as exc:
+        resp = _http.request("GET", url, timeout=SCRAPE_TIMEOUT_S, retries=False)
+        if resp.status != 200:
+            raise ValueError(f"HTTP {resp.status}")
+        return power_reading(resp.data.decode("utf-8", "replace"), node)
+    except (urllib3.exceptions.HTTPError, ValueError) as exc:
         log.debug("node agent of %s at %s: %s", node, url, exc)
         return None
 
