@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from edgetrain.api import EfficiencyVector
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
+from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
+from edgetrain.operator import manifests as mf
 from tests.cluster.fixtures import temporary_namespace
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
@@ -190,3 +193,20 @@ def shared_ns(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
     module = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
     with temporary_namespace(kube, f"op-{module}-{uuid.uuid4().hex[:5]}") as name:
         yield name
+
+
+def seed_efficiency(kube: KubeClient, namespace: str, spec: dict[str, Any],
+                    samples_to_accuracy: tuple[float, ...] = (2048.0, 3072.0)) -> None:
+    """A job's efficiency vector in the namespace's cache, so its estimate is a cache hit."""
+    parsed = PowerAwareTrainingJobSpec.model_validate(spec)
+    key = efficiency_cache_key(parsed, mf.weights_identity(parsed))
+    vector = EfficiencyVector.from_samples(
+        model=parsed.model.architecture, dataset=parsed.dataset.name,
+        target_accuracy=parsed.target_accuracy, batch_sizes=list(parsed.batch_sizes),
+        samples_to_accuracy=list(samples_to_accuracy))
+    kube.create(api_path("v1", "configmaps", namespace), {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": mf.efficiency_configmap_name(key),
+                     "labels": {"edgetrain.io/cache": "efficiency",
+                                "edgetrain.io/cache-key": key}},
+        "data": {"efficiency.json": vector.model_dump_json()}})

@@ -24,10 +24,8 @@ from typing import Any, Self
 import httpx
 import pytest
 
-from edgetrain.api import EfficiencyVector
 from edgetrain.api.budget import BUDGET_PLURAL
 from edgetrain.api.efficiency import parse_efficiency_json
-from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.cluster import (
@@ -39,12 +37,17 @@ from edgetrain.cluster import (
     node_specs,
 )
 from edgetrain.cluster.controlplane import free_ports
-from edgetrain.operator import manifests as mf
 from edgetrain.operator.manifests import release_configmap_name
 from edgetrain.planner.budget import JobOptions, job_options
 from edgetrain.planner.lut import Lut
 from tests.node_agent.helpers import sample_value, wait_until
-from tests.operator.conftest import GROUP_VERSION, OperatorProcess, job_manifest, patj_path
+from tests.operator.conftest import (
+    GROUP_VERSION,
+    OperatorProcess,
+    job_manifest,
+    patj_path,
+    seed_efficiency,
+)
 from tests.operator.test_e2e import LONGER, _events, _wait_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -93,22 +96,6 @@ class Watch(Sampler):
                     for o in items if o.get("status", {}).get("phase") == "Training")
         if st.get("plannedWatts") is not None:
             self.samples.append((st["capWatts"], st["plannedWatts"], plans))
-
-
-def seed_efficiency(kube: KubeClient, namespace: str, spec: dict[str, Any]) -> None:
-    """The efficiency vector of these jobs in the namespace's cache (a cache hit)."""
-    parsed = PowerAwareTrainingJobSpec.model_validate(spec)
-    key = efficiency_cache_key(parsed, mf.weights_identity(parsed))
-    vector = EfficiencyVector.from_samples(
-        model=parsed.model.architecture, dataset=parsed.dataset.name,
-        target_accuracy=parsed.target_accuracy, batch_sizes=list(parsed.batch_sizes),
-        samples_to_accuracy=[2048.0, 3072.0])
-    kube.create(api_path("v1", "configmaps", namespace), {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": mf.efficiency_configmap_name(key),
-                     "labels": {"edgetrain.io/cache": "efficiency",
-                                "edgetrain.io/cache-key": key}},
-        "data": {"efficiency.json": vector.model_dump_json()}})
 
 
 def _budget(kube: KubeClient, name: str) -> dict[str, Any]:

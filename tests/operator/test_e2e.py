@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
-from edgetrain.api import EfficiencyVector
-from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.cluster import KubeApiError, KubeClient, VNodeAgent, api_path, node_specs
-from edgetrain.operator import manifests as mf
-from tests.operator.conftest import OperatorProcess, job_manifest, patj_path, wait_phase
+from tests.operator.conftest import (
+    OperatorProcess,
+    job_manifest,
+    patj_path,
+    seed_efficiency,
+    wait_phase,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 DONE = {"Succeeded", "Failed"}
@@ -103,17 +106,7 @@ def test_no_node_of_the_placement_fails_naming_what_exists(
     manifest = job_manifest("nomatch", placement={
         "nodeSelector": {"edgetrain.io/device-model": "jetson-agx-thor"}})
     # The efficiency vector an earlier job left in the namespace's cache, so no estimate runs.
-    spec = PowerAwareTrainingJobSpec.model_validate(manifest["spec"])
-    key = efficiency_cache_key(spec, mf.weights_identity(spec))
-    vector = EfficiencyVector.from_samples(
-        model="resnet8-w025", dataset="digits", target_accuracy=0.5, batch_sizes=[16, 64],
-        samples_to_accuracy=[2000.0, 3000.0])
-    kube.create(api_path("v1", "configmaps", namespace), {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": mf.efficiency_configmap_name(key),
-                     "labels": {"edgetrain.io/cache": "efficiency",
-                                "edgetrain.io/cache-key": key}},
-        "data": {"efficiency.json": vector.model_dump_json()}})
+    seed_efficiency(kube, namespace, manifest["spec"], (2000.0, 3000.0))
     name = _create(kube, namespace, manifest)
     status = wait_phase(kube, namespace, name, DONE, 120, operator)["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "NoMatchingNode"), status
