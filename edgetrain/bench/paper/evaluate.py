@@ -118,6 +118,25 @@ def outcome(
     )
 
 
+def oracle_outcome(
+    truth: Lut, target_samples: dict[int, float], power_limit_w: float, metric: PowerMetric
+) -> ChoiceOutcome | None:
+    """The best (b, f) within the limit on the truth, and what it costs; None: none fits."""
+    cell = oracle_cell(
+        truth, aligned(truth.batch_sizes.tolist(), target_samples), power_limit_w, metric
+    )
+    if cell is None:
+        return None
+    return outcome(
+        truth,
+        int(truth.batch_sizes[cell[0]]),
+        int(truth.gpu_freqs_hz[cell[1]]),
+        target_samples,
+        power_limit_w,
+        metric,
+    )
+
+
 class FrontierProfile(BaseModel):
     """A simulated frontier profile and the baselines' frequency it implies."""
 
@@ -198,19 +217,7 @@ def evaluate_case(
         if b2 is not None:
             out["b2"] = outcome(truth, b2, f, target_samples, limit, metric)
     out["edgetrain"] = planned(truth, profile.points, proxy, target_samples, limit, metric)
-    cell = oracle_cell(truth, aligned(truth.batch_sizes.tolist(), target_samples), limit, metric)
-    out["oracle"] = (
-        None
-        if cell is None
-        else outcome(
-            truth,
-            int(truth.batch_sizes[cell[0]]),
-            int(truth.gpu_freqs_hz[cell[1]]),
-            target_samples,
-            limit,
-            metric,
-        )
-    )
+    out["oracle"] = oracle_outcome(truth, target_samples, limit, metric)
     return out
 
 

@@ -19,11 +19,12 @@ import numpy as np
 
 from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.plan import PowerMetric
-from edgetrain.bench.paper.arithmetic import Stat, aligned, case_seed, mean_std, oracle_cell, ratio
+from edgetrain.bench.paper.arithmetic import Stat, case_seed, mean_std, ratio
 from edgetrain.bench.paper.config import BenchConfig, RecurringConfig, WorkloadConfig
 from edgetrain.bench.paper.estimates import estimate_key
 from edgetrain.bench.paper.evaluate import (
     frontier_profile,
+    oracle_outcome,
     outcome,
     target_samples_of,
     truth_lut,
@@ -128,19 +129,8 @@ def recurring_cell(
                 limit_w,
                 metric,
             )
-            cell = oracle_cell(truth, aligned(truth.batch_sizes.tolist(), samples), limit_w, metric)
-            oracle_tta = (
-                None
-                if cell is None
-                else outcome(
-                    truth,
-                    int(truth.batch_sizes[cell[0]]),
-                    int(truth.gpu_freqs_hz[cell[1]]),
-                    samples,
-                    limit_w,
-                    metric,
-                ).tta_s
-            )
+            best = oracle_outcome(truth, samples, limit_w, metric)
+            oracle_tta = None if best is None else best.tta_s
 
             judged = functools.partial(
                 _over_oracle,
