@@ -58,16 +58,28 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests for `pytest -n --dist loadgroup` (host-state first); tests marked `cuda` run
+    """Group and order tests for `pytest -n --dist loadgroup`; tests marked `cuda` run
     where CUDA exists and are skipped, saying why, elsewhere."""
     groups = {id(item): xdist_group_of(item) for item in items}
     for item in items:
         group = groups[id(item)]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    # A stable sort: every worker collects the same order, which xdist requires.
-    items.sort(key=lambda item: groups[id(item)] != HOST_STATE_GROUP)
+    # Longest first, so the last minutes are short tests filling both workers (run with
+    # --no-loadscope-reorder, which keeps this order). Stable: every worker must collect the same.
+    items.sort(key=lambda item: _start_rank(item, groups[id(item)]))
     _skip_cuda_without_device(items)
+
+
+def _start_rank(item: pytest.Item, group: str | None) -> int:
+    """0 starts first: the host-state group, then shared fleets, slow tests, cluster tests."""
+    if group == HOST_STATE_GROUP:
+        return 0
+    if group is not None:
+        return 1
+    if item.get_closest_marker("slow"):
+        return 2
+    return 3 if item.get_closest_marker("cluster") else 4
 
 
 def _skip_cuda_without_device(items: list[pytest.Item]) -> None:
