@@ -99,9 +99,12 @@ def _kill_the_operator_mid_job(run_dir: Path) -> tuple[str, str]:
     """SIGKILL the operator's container through containerd once the job has left Pending (any
     later phase will do); returns the pod's name and the killed container's ID."""
     with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
-        kube.wait_for(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", "default",
-                               "digits-5w"),
-                      lambda job: job.get("status", {}).get("phase", "Pending") != "Pending",
+        # In whichever namespace the block applied it.
+        kube.wait_for(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs"),
+                      lambda jobs: any(
+                          job["metadata"]["name"] == "digits-5w"
+                          and job.get("status", {}).get("phase", "Pending") != "Pending"
+                          for job in jobs["items"]),
                       timeout_s=300, what="digits-5w past Pending")
         pod = _operator_pod(kube)
     container_id = pod["status"]["containerStatuses"][0]["containerID"]
