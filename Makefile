@@ -60,8 +60,11 @@ lint: setup
 	PYTHON=$(abspath $(BIN)/python) bash scripts/lint-chart.sh
 	$(CACHE_DIR)/bin/tools/actionlint .github/workflows/*.yml
 
+# Two workers: most cluster tests wait on the API server or on a twin, so a second process
+# overlaps the waits (docs/architecture.md, "Tests", has the groups and the timings).
+TEST_WORKERS ?= 2
 unit: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint unit
 

@@ -34,8 +34,55 @@ FIGURE1_POINTS = [
 ]
 
 
+# Tests that touch state one host has once: the real node's kubelet paths, interface and
+# containerd (one real node per host), and podman's image store, which the README block and
+# the image tests both rebuild. With `pytest -n` they share one worker, and start first: together
+# they are the longest group.
+HOST_STATE_TESTS = ("tests/test_readme.py", "tests/images/", "tests/cluster/test_realnode.py")
+HOST_STATE_GROUP = "host-state"
+_SHARED_SCOPES = ("module", "package", "class")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The worker group `item` must share: host-wide state, or a module-scoped fixture (a fleet, a
+    namespace) that would otherwise be built once per worker. None: any worker."""
+    path = item.nodeid.split("::", 1)[0]
+    if path.startswith(HOST_STATE_TESTS):
+        return HOST_STATE_GROUP
+    fixture_info = getattr(item, "_fixtureinfo", None)
+    if fixture_info is not None:
+        for defs in fixture_info.name2fixturedefs.values():
+            if any(d.scope in _SHARED_SCOPES for d in defs):
+                return path
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `cuda` run where CUDA exists and are skipped, saying why, elsewhere."""
+    """Group and order tests for `pytest -n --dist loadgroup`; tests marked `cuda` run
+    where CUDA exists and are skipped, saying why, elsewhere."""
+    groups = {id(item): xdist_group_of(item) for item in items}
+    for item in items:
+        group = groups[id(item)]
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # Longest first, so the last minutes are short tests filling both workers (run with
+    # --no-loadscope-reorder, which keeps this order). Stable: every worker must collect the same.
+    items.sort(key=lambda item: _start_rank(item, groups[id(item)]))
+    _skip_cuda_without_device(items)
+
+
+def _start_rank(item: pytest.Item, group: str | None) -> int:
+    """0 starts first: the host-state group, then shared fleets, slow tests, cluster tests."""
+    if group == HOST_STATE_GROUP:
+        return 0
+    if group is not None:
+        return 1
+    if item.get_closest_marker("slow"):
+        return 2
+    return 3 if item.get_closest_marker("cluster") else 4
+
+
+def _skip_cuda_without_device(items: list[pytest.Item]) -> None:
     marked = [item for item in items if item.get_closest_marker("cuda")]
     if not marked:
         return

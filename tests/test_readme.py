@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,8 +53,20 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     tmp_path = Path(tempfile.mkdtemp(prefix="et-readme-"))
     run_dir = tmp_path / "cluster"
     reason = real_node_unavailable()
+    # The block pauses after its `kubectl apply` while the operator's container is SIGKILLed on
+    # the real node (a fault the kubelet itself recovers: same pod, restartCount 1); the rest of
+    # the block then runs in a new shell, with the block's own `source` and `export` lines.
+    apply = "kubectl apply -f examples/patj-digits.yaml"
+    head, tail = body.split(apply + "\n", 1)
+    env_lines = "\n".join(line for line in head.splitlines()
+                           if line.startswith(("source ", "export KUBECONFIG=")))
     try:
-        out = run_block(body, tmp_path, timeout_s=900)
+        first = run_block(head + apply + "\n", tmp_path, timeout_s=600)
+        assert first.returncode == 0, f"stdout:\n{first.stdout}\nstderr:\n{first.stderr}"
+        killed = _kill_the_operator_mid_job(run_dir) if reason is None else None
+        rest = run_block(env_lines + "\n" + tail, tmp_path, timeout_s=600)
+        out = subprocess.CompletedProcess(rest.args, rest.returncode, first.stdout + rest.stdout,
+                                          first.stderr + rest.stderr)
         assert out.returncode == 0, f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
         assert "condition met" in out.stdout
         assert re.search(r"digits-5w\s+Succeeded\s+\d+\s+\d+", out.stdout), out.stdout
@@ -61,7 +74,8 @@ def test_on_a_cluster_block_runs_as_written() -> None:
         assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ",
                          out.stdout, re.M), out.stdout
         if reason is None:
-            _operator_runs_from_its_image_on_the_real_node(run_dir)
+            assert killed is not None
+            _operator_runs_from_its_image_on_the_real_node(run_dir, restarted_from=killed)
             state = json.loads((run_dir / STATE_FILE).read_text())
     finally:
         down = run_block(f"source .venv/bin/activate\n{last}\n", tmp_path, timeout_s=180)
@@ -74,20 +88,53 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def _operator_runs_from_its_image_on_the_real_node(run_dir: Path) -> None:
+def _operator_pod(kube: KubeClient) -> dict[str, Any]:
+    pods = kube.get(api_path("v1", "pods", "edgetrain"),
+                    labelSelector="app.kubernetes.io/component=operator")["items"]
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return dict(pods[0])
+
+
+def _kill_the_operator_mid_job(run_dir: Path) -> tuple[str, str]:
+    """SIGKILL the operator's container through containerd once the job has left Pending (any
+    later phase will do); returns the pod's name and the killed container's ID."""
+    with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
+        # In whichever namespace the block applied it.
+        kube.wait_for(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs"),
+                      lambda jobs: any(
+                          job["metadata"]["name"] == "digits-5w"
+                          and job.get("status", {}).get("phase", "Pending") != "Pending"
+                          for job in jobs["items"]),
+                      timeout_s=300, what="digits-5w past Pending")
+        pod = _operator_pod(kube)
+    container_id = pod["status"]["containerStatuses"][0]["containerID"]
+    assert container_id.startswith("containerd://"), container_id
+    socket = run_dir / "node" / "ctd" / "ctd.sock"
+    kill = subprocess.run([str(binaries.bin_dir() / "ctr"), "--address", str(socket), "-n",
+                           "k8s.io", "task", "kill", "-s", "SIGKILL",
+                           container_id.removeprefix("containerd://")],
+                          capture_output=True, text=True, timeout=60)
+    assert kill.returncode == 0, kill.stderr
+    return pod["metadata"]["name"], container_id
+
+
+def _operator_runs_from_its_image_on_the_real_node(run_dir: Path,
+                                                   restarted_from: tuple[str, str]) -> None:
     """The operator pod: its image (imageID) on a containerd node, admitted under
-    `restricted`, as UID 65532 with a read-only root (`kubectl exec` into it)."""
+    `restricted`, as UID 65532 with a read-only root (`kubectl exec` into it), restarted by
+    the kubelet after its SIGKILL (the job it was running still Succeeded)."""
     with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
         ns = kube.get(api_path("v1", "namespaces", name="edgetrain"))
         assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-        pods = kube.get(api_path("v1", "pods", "edgetrain"),
-                        labelSelector="app.kubernetes.io/component=operator")["items"]
-        assert len(pods) == 1
-        pod = pods[0]
+        pod = _operator_pod(kube)
         node = kube.get(api_path("v1", "nodes", name=pod["spec"]["nodeName"]))
     runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
     assert runtime.startswith("containerd://"), runtime
     status = pod["status"]["containerStatuses"][0]
+    name, killed_id = restarted_from
+    assert pod["metadata"]["name"] == name, "the kubelet restarts the container, in its pod"
+    assert status["restartCount"] >= 1 and status["containerID"] != killed_id, status
+    assert status["lastState"]["terminated"]["exitCode"] == 137, status  # 128 + SIGKILL
     assert status["image"].endswith("/operator:" + edgetrain.__version__), status
     assert status["imageID"].startswith("sha256:"), status  # an image containerd holds
     assert status["containerID"].startswith("containerd://"), status
