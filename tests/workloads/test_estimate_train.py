@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from edgetrain.api import read_efficiency
+from edgetrain.api.efficiency import median_samples
 from edgetrain.api.training import LrScaling, OptimizerSpec
-from edgetrain.workloads.estimate import median_samples
 from edgetrain.workloads.training import load_task, sample_indices
 from tests.helpers import run_edgetrain
 
