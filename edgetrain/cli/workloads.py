@@ -163,6 +163,10 @@ def estimate_command(
         if (run_index is None) != (part_of is None):
             raise PlanInputError("--run-index and --part-of go together (one run of an estimate"
                                  " and the estimate it belongs to)")
+        runs = len(sizes) * len(seed_list)
+        if run_index is not None and run_index >= runs:
+            raise PlanInputError(f"--run-index {run_index} is out of range: {len(sizes)} batch"
+                                 f" sizes × {len(seed_list)} seeds make runs 0 to {runs - 1}")
         device, prec = check_device(device, precision)
         from edgetrain.api.workload_spec import EstimateSpec
         from edgetrain.workloads.estimate import estimate, estimate_part

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from edgetrain.api import read_efficiency
-from edgetrain.api.efficiency import median_samples
+from edgetrain.api.efficiency import EfficiencyPart, median_samples
+from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.training import LrScaling, OptimizerSpec
+from edgetrain.operator.estimate_parts import parts_verdict
 from edgetrain.workloads.training import load_task, sample_indices
 from tests.helpers import run_edgetrain
 
@@ -60,23 +62,35 @@ def test_text_task_windows_predict_the_next_character() -> None:
     assert (task.x_train[0, 1:] == task.y_train[0, :-1]).all()
 
 
+ESTIMATE = [
+    "estimate",
+    *SMALL,
+    "--batch-sizes",
+    "8,64",
+    "--target-accuracy",
+    "0.6",
+    "--sample-budget",
+    "4000",
+    "--eval-interval",
+    "128",
+    "--json-progress",
+]
+
+
 def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
+    """One process trains every batch size; as the operator's Indexed Job, one process per run
+    writes its part, and the merged parts are the same vector."""
     out = tmp_path / "eff.json"
-    proc = run_edgetrain(
-        "estimate",
-        *SMALL,
-        "--batch-sizes",
-        "8,64",
-        "--target-accuracy",
-        "0.6",
-        "--sample-budget",
-        "4000",
-        "--eval-interval",
-        "128",
-        "-o",
-        str(out),
-        "--json-progress",
-    )
+    # The runs of the Indexed Job, side by side while the single estimate trains.
+    parts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "edgetrain", *ESTIMATE, "--run-index", str(i),
+             "--part-of", "key/uid", "-o", str(tmp_path / f"part-{i}.json")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]
+    proc = run_edgetrain(*ESTIMATE, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events[-1]["event"] == "result"
@@ -85,6 +99,28 @@ def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
     assert vector.batch_sizes == [8, 64]
     assert all(s is not None for s in vector.samples_to_accuracy)
     assert vector.r[0] != vector.r[1]  # batch sizes differ in samples to accuracy
+    for i, run in enumerate(parts):
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        assert EfficiencyPart.model_validate_json((tmp_path / f"part-{i}.json").read_text()
+                                                  ).index == i
+    spec = PowerAwareTrainingJobSpec.model_validate({
+        "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
+        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64]})
+    verdict = parts_verdict(
+        {f"part-{i}.json": (tmp_path / f"part-{i}.json").read_text() for i in range(2)},
+        tag="key/uid", spec=spec, job_state="succeeded")
+    assert verdict.vector == vector  # samples, r, device and precision
+
+
+def test_one_run_of_an_estimate_is_checked_before_training(tmp_path: Path) -> None:
+    out = str(tmp_path / "part.json")
+    beyond = run_edgetrain(*ESTIMATE, "--run-index", "2", "--part-of", "k/u", "-o", out)
+    assert beyond.returncode == 2 and "--run-index 2 is out of range" in beyond.stderr
+    assert "runs 0 to 1" in beyond.stderr
+    alone = run_edgetrain(*ESTIMATE, "--run-index", "0", "-o", out)
+    assert alone.returncode == 2 and "--run-index and --part-of go together" in alone.stderr
+    assert not Path(out).exists()
 
 
 def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
