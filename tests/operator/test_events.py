@@ -19,8 +19,6 @@ from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from tests.operator.test_decide import (
     DS,
-    EFF_CM,
-    EFF_JSON,
     EFF_KEY,
     JOB,
     NOW,

@@ -56,7 +56,8 @@ def test_estimate_job_runs_on_the_server_and_publishes() -> None:
     sep = args.index("--")
     # Each pod patches its own key into the parts ConfigMap the operator made for this Job.
     assert args[:sep][args.index("--publish") + 1] == "j1-estimate-0-parts"
-    assert args[:sep][args.index("--file") + 1] == "part-$(JOB_COMPLETION_INDEX).json=/work/part.json"
+    part_file = args[:sep][args.index("--file") + 1]
+    assert part_file == "part-$(JOB_COMPLETION_INDEX).json=/work/part.json"
     assert args[sep + 1 : sep + 3] == ["edgetrain", "estimate"]
     assert args[args.index("--batch-sizes") + 1] == "16,64"
     assert args[args.index("--seeds") + 1] == "0,1"

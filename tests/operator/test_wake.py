@@ -11,7 +11,6 @@ from edgetrain.api.job_status import (
     ProfileStatus,
 )
 from edgetrain.operator import estimate_manifests as em
-from edgetrain.operator import manifests as mf
 from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.reconcile import owned_by
 from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
