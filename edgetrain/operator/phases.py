@@ -172,6 +172,11 @@ def _terminated(pod: Obj) -> Obj | None:
     return None
 
 
+def _exit_code(pod: Obj) -> int | None:
+    term = _terminated(pod)
+    return None if term is None else int(term.get("exitCode", 1))
+
+
 def job_complete(job: Obj) -> bool:
     """Every completion of the Job succeeded (an Indexed estimate Job has several)."""
     status = job.get("status", {}) or {}
@@ -198,7 +203,9 @@ def job_outcome(job: Obj, pods: list[Obj]) -> Outcome:
     if job_complete(job):
         return Outcome("succeeded", 0)
     if "Failed" in conds or status.get("failed"):
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+        # The first pod that failed: an Indexed Job's pods that succeeded before it say nothing.
+        for pod in sorted(pods, key=lambda p: (_exit_code(p) == 0,
+                                               p["metadata"].get("creationTimestamp", ""))):
             term = _terminated(pod)
             if term:
                 return Outcome(
