@@ -172,9 +172,10 @@ class Reconciler:
                     got = self.kube.get_or_none(api_path("v1", "configmaps", ns, parts))
                     if got is not None:
                         configmaps[parts] = dict(got.get("data") or {})
-            if (cm not in configmaps and job_name not in jobs
+            retry_at = status.attempts.next_retry_at
+            if (cm not in configmaps and job_name not in jobs and (retry_at or 0) <= time.time()
                     and all(p.owner == uid for p in producers[key])):
-                servers = self._servers()
+                servers = self._servers()  # an estimate Job is about to be made
         elif phase is Phase.profiling:
             keys = [mf.profile_key(spec, c.device_model, c.l4t)
                     for c in candidates(nodes, self.settings.jetson_selector)]

@@ -78,18 +78,16 @@ ESTIMATE = [
 
 
 def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
-    """One process trains every batch size; as the operator's Indexed Job, one process per run
-    writes its part, and the merged parts are the same vector."""
-    out = tmp_path / "eff.json"
-    # The runs of the Indexed Job, side by side while the single estimate trains.
-    parts = [
-        subprocess.Popen(
-            [sys.executable, "-m", "edgetrain", *ESTIMATE, "--run-index", str(i),
-             "--part-of", "key/uid", "-o", str(tmp_path / f"part-{i}.json")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        for i in range(2)
-    ]
+    """One process trains every batch size; as a pod of the operator's Indexed Job, a process
+    trains one run (here run 1, b=64) and writes its part: the same samples, and merged with
+    the other run's part, the same vector."""
+    out, part_file = tmp_path / "eff.json", tmp_path / "part-1.json"
+    # The run of the Indexed Job, side by side with the single estimate.
+    run = subprocess.Popen(
+        [sys.executable, "-m", "edgetrain", *ESTIMATE, "--run-index", "1",
+         "--part-of", "key/uid", "-o", str(part_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
     proc = run_edgetrain(*ESTIMATE, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -99,17 +97,20 @@ def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
     assert vector.batch_sizes == [8, 64]
     assert all(s is not None for s in vector.samples_to_accuracy)
     assert vector.r[0] != vector.r[1]  # batch sizes differ in samples to accuracy
-    for i, run in enumerate(parts):
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 0, err
-        assert EfficiencyPart.model_validate_json((tmp_path / f"part-{i}.json").read_text()
-                                                  ).index == i
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
+    part = EfficiencyPart.model_validate_json(part_file.read_text())
+    assert (part.index, part.batch_size, part.seed, part.tag) == (1, 64, 0, "key/uid")
+    assert part.samples_to_accuracy == vector.samples_to_accuracy[1]  # each run seeds itself
+    b8 = vector.samples_to_accuracy[0]
+    assert b8 is not None
+    first = part.model_copy(update={"index": 0, "batch_size": 8, "samples_to_accuracy": int(b8)})
     spec = PowerAwareTrainingJobSpec.model_validate({
         "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
         "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64]})
-    verdict = parts_verdict(
-        {f"part-{i}.json": (tmp_path / f"part-{i}.json").read_text() for i in range(2)},
-        tag="key/uid", spec=spec, job_state="succeeded")
+    verdict = parts_verdict({"part-0.json": first.model_dump_json(),
+                             "part-1.json": part_file.read_text()},
+                            tag="key/uid", spec=spec, job_state="succeeded")
     assert verdict.vector == vector  # samples, r, device and precision
 
 
