@@ -43,8 +43,10 @@ STATUSES = {
 
 
 @pytest.mark.parametrize("phase", list(STATUSES))
-def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
-                                              phase: str) -> None:
+def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, phase: str,
+                                              request: pytest.FixtureRequest) -> None:
+    if phase == "estimating":
+        request.getfixturevalue("vnodes")  # the session's GPU servers, Ready
     client = RecordingClient(kube.configuration)
     rec = Reconciler(client, load_settings({}))
     patj = {"metadata": {"name": "j", "namespace": namespace, "uid": "0123456789abcdef",
