@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -95,6 +96,87 @@ class EfficiencyVector(BaseModel):
             for b, s in zip(self.batch_sizes, self.samples_to_accuracy, strict=True)
             if s is not None
         }
+
+
+# --- one (batch size, seed) run of an estimate, and the merge of all of them ------------------
+
+
+def estimate_runs(batch_sizes: Sequence[int], seeds: Sequence[int]) -> list[tuple[int, int]]:
+    """The runs of an estimate, (batch size, seed), in the order both the single process and
+    an Indexed Job's completions (index i = the i-th run) use."""
+    return [(b, seed) for b in batch_sizes for seed in seeds]
+
+
+def median_samples(runs: Sequence[int | float | None]) -> float | None:
+    """Median over seeds, a miss counting as infinitely many samples; None if the median missed."""
+    value = statistics.median(float("inf") if r is None else float(r) for r in runs)
+    return None if value == float("inf") else value
+
+
+def target_not_reached_message(
+    target_accuracy: float, dataset: str, sample_budget: int, best: Mapping[int, float]
+) -> str:
+    """Why an estimate has no vector: no batch size reached the target (the user's budget or
+    target); the same line whether one process or an Indexed Job's pods trained the runs."""
+    reached = ", ".join(f"b={b}: {acc:.3f}" for b, acc in best.items())
+    return (
+        f"no batch size reached target accuracy {target_accuracy:g} on"
+        f" {dataset!r} within {sample_budget} samples (best accuracy {reached});"
+        " raise the sample budget (--sample-budget / budget.estimateSamples) or lower the"
+        " target (--target-accuracy / targetAccuracy)"
+    )
+
+
+RunResult = tuple[int | None, float]  # samples at the first evaluation at the target, best acc
+
+
+def vector_from_runs(
+    *,
+    model: str,
+    dataset: str,
+    target_accuracy: float,
+    batch_sizes: Sequence[int],
+    seeds: Sequence[int],
+    results: Mapping[tuple[int, int], RunResult],
+) -> EfficiencyVector | dict[int, float]:
+    """The efficiency vector of every run's result (median over seeds), or, when no batch size
+    reached the target, the best accuracy per batch size (for the error)."""
+    samples = [median_samples([results[(b, seed)][0] for seed in seeds]) for b in batch_sizes]
+    if all(s is None for s in samples):
+        return {b: max(results[(b, seed)][1] for seed in seeds) for b in batch_sizes}
+    return EfficiencyVector.from_samples(
+        model=model,
+        dataset=dataset,
+        target_accuracy=target_accuracy,
+        batch_sizes=batch_sizes,
+        samples_to_accuracy=samples,
+    )
+
+
+class EfficiencyPart(BaseModel):
+    """One run of an estimate fanned out as an Indexed Job: what pod `index` trained, published
+    as key `part-<index>.json` of the estimate's parts ConfigMap; the operator merges them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tag: str = Field(min_length=1, description="<cache key>/<estimate Job uid>: parts of an"
+                     " older Job of the same name are not this one's")
+    index: int = Field(ge=0, description="the Job's completion index: run `index` of"
+                       " estimate_runs(batch_sizes, seeds)")
+    model: str = Field(min_length=1)
+    dataset: str = Field(min_length=1)
+    target_accuracy: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    batch_size: int = Field(gt=0)
+    seed: int
+    samples_to_accuracy: int | None = Field(ge=0, description="null: never reached the target")
+    best_accuracy: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    device: str | None = None
+    precision: str | None = None
+
+
+def part_key(index: int) -> str:
+    """The ConfigMap key of run `index`'s part."""
+    return f"part-{index}.json"
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

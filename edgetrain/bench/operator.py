@@ -78,7 +78,11 @@ class OperatorBenchConfig(BaseModel):
     """One run: how many jobs on how many nodes, and how the pods' work is simulated."""
 
     jobs: int = Field(ge=1)
-    nodes: int = Field(ge=1, description="kwok Jetson nodes (plus one GPU server)")
+    nodes: int = Field(ge=1, description="kwok Jetson nodes (plus the GPU servers)")
+    servers: int = Field(default=1, ge=1, description="kwok GPU servers")
+    server_gpus: int | None = Field(default=None, ge=1, description="nvidia.com/gpu of each"
+                                    " server; None: room for every job's estimate at once")
+    seeds: int = Field(default=1, ge=1, description="seeds per batch size of each estimate")
     boards: list[str] = Field(default_factory=lambda: list(DEFAULT_BOARDS), min_length=1)
     power_limits_w: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0], min_length=1)
     work_s: float = Field(default=1.0, ge=0, description="simulated work of every pod")
@@ -145,6 +149,9 @@ class OperatorBenchResult(BaseModel):
     control_plane: dict[str, ComponentUsage]
     node_list_mb: float  # one GET /api/v1/nodes answer
     objects_created: dict[str, int]
+    # Estimate Job seen → the job past EstimatingEfficiency (its vector merged), per job.
+    estimate_phase: LatencyStats | None = None
+    estimate_pods_per_node: dict[str, int] = {}  # where the estimates' runs were scheduled
     bench_errors: list[str]
     # ERROR records of the operator's handlers and reconciles (first 10); kopf's own retried
     # connection errors while the API server starts are not counted.
@@ -168,6 +175,7 @@ class JobTrack:
     daemonsets: list[float] = field(default_factory=list)
     train_jobs: list[float] = field(default_factory=list)
     train_done: float | None = None
+    parts_done: float | None = None  # the last part of its estimate published
 
 
 class Tracker:
@@ -179,6 +187,7 @@ class Tracker:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.estimate_nodes: Counter[str] = Counter()
 
     def created(self, name: str, at: float) -> None:
         """The bench is about to create job `name`."""
@@ -186,9 +195,23 @@ class Tracker:
             self.jobs[name].created = at
 
     def publish(self, configmap: str, at: float) -> None:
-        """The fake worker is about to publish `configmap`."""
+        """The fake worker is about to publish `configmap` (a part: the job's last so far)."""
         with self._lock:
             self.published.setdefault(configmap, at)
+            job, sep, _ = configmap.rpartition("-estimate-")
+            if sep and configmap.endswith("-parts") and job in self.jobs:
+                self.jobs[job].parts_done = at
+
+    def on_pod(self, kind: str, pod: Obj, at: float) -> None:
+        """A pod event: where the estimates' runs are scheduled."""
+        labels = pod["metadata"].get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if labels.get(LABEL_PHASE) != "estimate" or not node or kind == "DELETED":
+            return
+        with self._lock:
+            if pod["metadata"]["uid"] not in self._seen:
+                self._seen.add(pod["metadata"]["uid"])
+                self.estimate_nodes[node] += 1
 
     def on_job(self, kind: str, obj: Obj, at: float) -> None:
         """A PowerAwareTrainingJob event."""
@@ -256,7 +279,8 @@ def decisions(track: JobTrack, published: dict[str, float]) -> dict[str, float |
         return out
     decide("start", track.created, [*track.estimate_jobs, *track.daemonsets, *track.train_jobs],
            AFTER_START)
-    eff = published.get(track.efficiency_cm or "")
+    # The vector is ready when a worker published it, or (an Indexed estimate) its last part.
+    eff = published.get(track.efficiency_cm or "", track.parts_done)
     if eff is not None:
         eff = max(eff, track.created)
         decide("efficiency", eff, [*track.daemonsets, *track.train_jobs], AFTER_EFFICIENCY)
@@ -268,6 +292,14 @@ def decisions(track: JobTrack, published: dict[str, float]) -> dict[str, float |
     if track.train_done is not None:
         decide("training", track.train_done, [], FINAL)
     return out
+
+
+def estimate_phase_s(track: JobTrack) -> float | None:
+    """Its estimate Job seen → the job seen past EstimatingEfficiency (None: no estimate ran)."""
+    if not track.estimate_jobs:
+        return None
+    after = [t for p, t in track.phase_seen.items() if p in AFTER_EFFICIENCY]
+    return min(after) - track.estimate_jobs[0] if after else None
 
 
 def latency_stats(values: list[float | None]) -> LatencyStats:
@@ -286,9 +318,10 @@ def latency_stats(values: list[float | None]) -> LatencyStats:
 # --- the run -------------------------------------------------------------------------------
 
 
-def job_manifest(name: str, index: int, limits_w: list[float]) -> Obj:
+def job_manifest(name: str, index: int, limits_w: list[float], seeds: int = 1) -> Obj:
     """A small job on every Jetson model; each has its own efficiency key (target accuracy)
-    and shares profiles with the jobs of the same power limit."""
+    and shares profiles with the jobs of the same power limit; its estimate trains
+    len(BATCH_SIZES) × `seeds` runs."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -302,7 +335,8 @@ def job_manifest(name: str, index: int, limits_w: list[float]) -> Obj:
             "batchSizes": BATCH_SIZES,
             "optimizer": {"name": "adam", "learningRate": 3.0e-3, "referenceBatchSize": 64},
             "budget": {"estimateSamples": 2048, "trainSamples": 4096,
-                       "evalIntervalSamples": 256, "evalSamples": 150, "profileMinibatches": 2},
+                       "evalIntervalSamples": 256, "evalSamples": 150, "profileMinibatches": 2,
+                       "seeds": list(range(seeds))},
         },
     }
 
@@ -465,7 +499,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
     info = DATASETS[DATASET]
     cost = workload_cost(MODEL, tuple(info.input_shape), info.num_classes)
     names = [f"bench-{i:05d}" for i in range(config.jobs)]
-    manifests = [job_manifest(n, i, config.power_limits_w) for i, n in enumerate(names)]
+    manifests = [job_manifest(n, i, config.power_limits_w, config.seeds)
+                 for i, n in enumerate(names)]
     specs = {m["metadata"]["name"]: PowerAwareTrainingJobSpec.model_validate(m["spec"])
              for m in manifests}
     counts = node_counts(config.nodes, boards)
@@ -480,10 +515,12 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
                 name = f"{short}-{i:05d}"
                 bodies.append(board_node(name, board))
                 nodes[name] = (board, board_profile(board).l4t)
-        # One GPU server with room for every estimate at once: the bench measures the
-        # operator, not a queue on a fake server.
-        bodies.append(board_node("gpu-server-0", "gpu-server", pods=config.jobs + 110,
-                                 gpus=config.jobs + 8))
+        # By default room for every estimate at once: the bench measures the operator, not a
+        # queue on a fake server. --server-gpus 1 --servers k: the estimates' fan-out.
+        gpus = config.server_gpus or config.jobs * len(BATCH_SIZES) * config.seeds + 8
+        for i in range(config.servers):
+            bodies.append(board_node(f"gpu-server-{i}", "gpu-server", pods=config.jobs + 110,
+                                     gpus=gpus))
         reporter.start("nodes", total=len(bodies))
         create_nodes(kube, bodies, workers=8)
         _wait_schedulable(kube, len(bodies), reporter,
@@ -519,7 +556,12 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             watches.add(api_path(group, PLURAL, NAMESPACE), tracker.on_job)
             watches.add(api_path("batch/v1", "jobs", NAMESPACE), tracker.on_owned)
             watches.add(api_path("apps/v1", "daemonsets", NAMESPACE), tracker.on_owned)
-            watches.add(api_path("v1", "pods", NAMESPACE), worker.on_pod)
+
+            def on_pod(kind: str, pod: Obj, at: float) -> None:
+                worker.on_pod(kind, pod, at)
+                tracker.on_pod(kind, pod, at)
+
+            watches.add(api_path("v1", "pods", NAMESPACE), on_pod)
             time.sleep(1.0)  # let the watches list before the first job appears
             load_before = os.getloadavg()[0]
             idle_rss = read_proc(operator.pid)
@@ -649,6 +691,9 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         control_plane={n: sampler.usage(n, window_s) for n in sampler.pids if n != "operator"},
         node_list_mb=round(node_list_mb, 2),
         objects_created=dict(tracker.counts),
+        estimate_phase=latency_stats([estimate_phase_s(t) for t in tracker.jobs.values()
+                                      if t.estimate_jobs]),
+        estimate_pods_per_node=dict(sorted(tracker.estimate_nodes.items())),
         bench_errors=errors[:10],
         operator_errors=operator_errors,
     )

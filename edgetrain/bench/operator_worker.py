@@ -3,8 +3,9 @@ running anything.
 
 When a pod of the operator's on a kwok node runs, the fake worker waits the simulated work
 time and then does what `edgetrain worker` does at the end of the real workload, with the same
-code and the same arguments the pod carries (`--publish`, `--file`, `--label`, `--progress`):
-an estimate publishes `efficiency.json`, a profile publishes `profile.csv` and its metadata, a
+code and the same arguments the pod carries (`--publish`, `--file`, `--label`, `--progress`,
+with $(VAR)s expanded from the pod's environment as the kubelet does): a run of the Indexed
+estimate Job publishes its part (`part-<i>.json`), a profile `profile.csv` and its metadata, a
 training run publishes a progress and a result line. Then it marks the pod done, and the
 bench's kwok stage completes it (exit 0), so a ConfigMap always comes before its pod succeeds,
 as with the real worker. Profiling pods belong to a DaemonSet and are never completed: the real
@@ -21,12 +22,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.efficiency import EfficiencyPart, EfficiencyVector, estimate_runs
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import ANNOTATION_BENCH_DONE, LABEL_JOB, LABEL_PHASE
 from edgetrain.api.profile import ProfileMetadata, ProfilePoint, format_profile_csv
 from edgetrain.api.training import DeviceUsage, TrainingEvent
 from edgetrain.api.workload import WorkloadCost
+from edgetrain.cluster.podspec import expand_vars, field_ref
 from edgetrain.device.sim.boards import BOARDS
 from edgetrain.device.sim.physics import ground_truth
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
@@ -37,22 +39,46 @@ log = logging.getLogger("edgetrain.bench.operator")
 
 @dataclass(frozen=True)
 class WorkerArgs:
-    """What `edgetrain worker` was told to publish (its options before `--`)."""
+    """What `edgetrain worker` was told to publish (its options before `--`), and the
+    workload's command after it."""
 
     publish: str | None = None
     files: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     progress: str | None = None
+    command: tuple[str, ...] = ()
+
+    def option(self, name: str) -> str | None:
+        """The value of the workload's option `name` (None: absent)."""
+        cmd = list(self.command)
+        return cmd[cmd.index(name) + 1] if name in cmd[:-1] else None
 
 
-def worker_args(args: list[str]) -> WorkerArgs:
-    """Parse a pod's `edgetrain worker …` arguments (the container's args)."""
+def pod_env(pod: Obj) -> dict[str, str]:
+    """The first container's environment as the kubelet would set it (values and the
+    downward API's fieldRefs; the Job controller's JOB_COMPLETION_INDEX is one)."""
+    env: dict[str, str] = {}
+    for item in pod["spec"]["containers"][0].get("env") or []:
+        ref = (item.get("valueFrom") or {}).get("fieldRef")
+        if ref is not None:
+            env[item["name"]] = field_ref(pod, ref["fieldPath"], "")
+        elif "value" in item:
+            env[item["name"]] = expand_vars(str(item["value"]), env)
+    return env
+
+
+def worker_args(args: list[str], env: dict[str, str] | None = None) -> WorkerArgs:
+    """Parse a pod's `edgetrain worker …` arguments (the container's args), with $(VAR)
+    expanded from `env` as the kubelet does."""
+    args = [expand_vars(a, env or {}) for a in args]
     publish = progress = None
     files: list[str] = []
     labels: dict[str, str] = {}
+    command: list[str] = []
     it = iter(args[1:] if args[:1] == ["worker"] else args)
     for arg in it:
         if arg == "--":
+            command = list(it)
             break
         if arg == "--publish":
             publish = next(it, None)
@@ -63,21 +89,38 @@ def worker_args(args: list[str]) -> WorkerArgs:
             labels[key] = value
         elif arg == "--progress":
             progress = next(it, None)
-    return WorkerArgs(publish, tuple(files), labels, progress)
+    return WorkerArgs(publish, tuple(files), labels, progress, tuple(command))
 
 
 # --- what the workloads would have produced ---------------------------------------------------
 
 
+def synthetic_samples(batch_size: int) -> int:
+    """Samples to the target (synthetic: larger batches need more samples)."""
+    return round(4000.0 * (1.0 + batch_size / 128.0))
+
+
 def efficiency_json(spec: PowerAwareTrainingJobSpec) -> str:
-    """A plausible efficiency vector for the job (synthetic: larger batches need more samples)."""
+    """A plausible efficiency vector for the job (what a single estimate pod publishes)."""
     sizes = list(spec.batch_sizes)
-    samples = [round(4000.0 * (1.0 + b / 128.0)) for b in sizes]
     vector = EfficiencyVector.from_samples(
         model=spec.model.architecture, dataset=spec.proxy_dataset.name,
         target_accuracy=spec.target_accuracy, batch_sizes=sizes,
-        samples_to_accuracy=[float(s) for s in samples])
+        samples_to_accuracy=[float(synthetic_samples(b)) for b in sizes])
     return vector.model_dump_json()
+
+
+def part_json(spec: PowerAwareTrainingJobSpec, args: WorkerArgs) -> str:
+    """The part of one completion of the Indexed estimate Job (`--run-index`, `--part-of`)."""
+    index, tag = args.option("--run-index"), args.option("--part-of")
+    if index is None or tag is None or not index.isdigit():
+        raise ValueError(f"estimate pod without --run-index/--part-of: {args.command}")
+    b, seed = estimate_runs(spec.batch_sizes, spec.budget.seeds)[int(index)]
+    return EfficiencyPart(
+        tag=tag, index=int(index), model=spec.model.architecture,
+        dataset=spec.proxy_dataset.name, target_accuracy=spec.target_accuracy, batch_size=b,
+        seed=seed, samples_to_accuracy=synthetic_samples(b), best_accuracy=spec.target_accuracy,
+        device="cpu", precision="fp32").model_dump_json()
 
 
 def profile_files(spec: PowerAwareTrainingJobSpec, board: str, l4t: str | None,
@@ -199,10 +242,14 @@ class FakeWorker:
         labels = meta.get("labels") or {}
         try:
             spec = self.specs[labels[LABEL_JOB]]
-            args = worker_args(list(pod["spec"]["containers"][0].get("args") or []))
+            args = worker_args(list(pod["spec"]["containers"][0].get("args") or []),
+                               pod_env(pod))
             phase = labels.get(LABEL_PHASE)
             if phase == "estimate":
-                self._publish(args, {"efficiency.json": efficiency_json(spec)})
+                if "--run-index" in args.command:  # one run of an Indexed Job: its part
+                    self._publish(args, {key: part_json(spec, args) for key in args.files})
+                else:
+                    self._publish(args, {"efficiency.json": efficiency_json(spec)})
                 self._done(pod)
             elif phase == "profile":
                 board, l4t = self.nodes[pod["spec"]["nodeName"]]

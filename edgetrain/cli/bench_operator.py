@@ -33,8 +33,16 @@ def _floats(text: str, option: str) -> list[float]:
 @bench_app.command("operator")
 def bench_operator(
     jobs: Annotated[int, typer.Option(min=1, help="PowerAwareTrainingJobs created at once.")] = 100,
-    nodes: Annotated[int, typer.Option(min=1, help="kwok Jetson nodes (plus one GPU server).")
+    nodes: Annotated[int, typer.Option(min=1, help="kwok Jetson nodes (plus the GPU servers).")
                      ] = 1000,
+    servers: Annotated[int, typer.Option(min=1, help="kwok GPU servers the estimates' runs"
+                                         " spread over.")] = 1,
+    server_gpus: Annotated[
+        int | None, typer.Option(min=1, help="nvidia.com/gpu of each server (default: room for"
+                                 " every estimate at once).")
+    ] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per batch size of each job's"
+                                       " estimate (its runs: 2 batch sizes × seeds).")] = 1,
     boards: Annotated[
         str | None, typer.Option(help="Comma-separated Jetson models the nodes are spread over"
                                  " (default: nano, orin-nano, xavier-nx, agx-orin).")
@@ -81,7 +89,8 @@ def bench_operator(
         if not names:
             raise BadInputError("--boards: name at least one Jetson board, e.g. nano,orin")
         config = OperatorBenchConfig(
-            jobs=jobs, nodes=nodes, boards=names,
+            jobs=jobs, nodes=nodes, boards=names, servers=servers, server_gpus=server_gpus,
+            seeds=seeds,
             power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
             deadline_s=deadline, poll_interval_s=poll_interval)
         command = shlex.join(["edgetrain", *sys.argv[1:]])
@@ -102,7 +111,8 @@ def _s(value: float | None) -> str:
 def result_table(result: OperatorBenchResult) -> Table:
     """The run as a rich table."""
     cfg = result.config
-    table = Table(title=f"operator: {cfg.jobs} jobs on {cfg.nodes} kwok nodes"
+    table = Table(title=f"operator: {cfg.jobs} jobs on {cfg.nodes} kwok nodes and"
+                  f" {cfg.servers} GPU server{'s' if cfg.servers > 1 else ''}"
                   f" ({result.machine})",
                   caption=f"load average {result.load_average_before:.1f} before,"
                   f" {result.load_average_during:.1f} during; pods' work simulated"
@@ -133,6 +143,12 @@ def result_table(result: OperatorBenchResult) -> Table:
         rows.append((f"{name} CPU, peak RSS",
                      f"{usage.cpu_s:.1f} s ({usage.cpu_percent:.0f} %), {usage.rss_mb:.0f} MiB"))
     rows.append(("one node list", f"{result.node_list_mb:.1f} MiB"))
+    est = result.estimate_phase
+    if est is not None and est.count:
+        rows.append((f"estimate phase (n={est.count}) p50 / max",
+                     f"{_s(est.p50_s)} / {_s(est.max_s)} s"))
+        rows.append(("estimate runs per server", ", ".join(
+            f"{n} {c}" for n, c in result.estimate_pods_per_node.items())))
     for what, value in rows:
         table.add_row(what, value)
     return table

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from edgetrain.api.efficiency import write_efficiency
+from edgetrain.api.io import write_text_atomic
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import LrScaling, OptimizerName, OptimizerSpec, Precision
 from edgetrain.cli.common import exit_codes, stderr, stdout
@@ -131,12 +132,26 @@ def estimate_command(
             help="Runs side by side (processes); 0: as many as free CUDA memory holds, 1 on CPU.",
         ),
     ] = 0,
+    run_index: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Train only run i of (batch size × seed) and write its part (one completion of"
+            " the operator's Indexed Job); needs --part-of.",
+        ),
+    ] = None,
+    part_of: Annotated[
+        str | None,
+        typer.Option(help="The tag of the estimate the part belongs to (<cache key>/<Job uid>)."),
+    ] = None,
     json_progress: JsonProgressOpt = None,
 ) -> None:
     """Train each batch size to the target on the proxy set; write the efficiency vector.
 
-    Exit codes: 0 written, 2 bad input or no batch size reached the target (raise the budget or
-    lower the target; the message gives the best accuracy per batch size).
+    With --run-index, train one (batch size, seed) and write that run's part instead; the
+    operator merges the parts into the vector. Exit codes: 0 written, 2 bad input or no batch
+    size reached the target (raise the budget or lower the target; the message gives the best
+    accuracy per batch size).
     """
     with exit_codes():
         sizes = parse_int_list(batch_sizes, "--batch-sizes")
@@ -145,9 +160,16 @@ def estimate_command(
         check_output_path(output, "--output")
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
+        if (run_index is None) != (part_of is None):
+            raise PlanInputError("--run-index and --part-of go together (one run of an estimate"
+                                 " and the estimate it belongs to)")
+        runs = len(sizes) * len(seed_list)
+        if run_index is not None and run_index >= runs:
+            raise PlanInputError(f"--run-index {run_index} is out of range: {len(sizes)} batch"
+                                 f" sizes × {len(seed_list)} seeds make runs 0 to {runs - 1}")
         device, prec = check_device(device, precision)
         from edgetrain.api.workload_spec import EstimateSpec
-        from edgetrain.workloads.estimate import estimate
+        from edgetrain.workloads.estimate import estimate, estimate_part
 
         spec = EstimateSpec(
             model=model,
@@ -165,6 +187,17 @@ def estimate_command(
             precision=prec,
             parallel=parallel,
         )
+        if run_index is not None and part_of is not None:
+            with Reporter(json_lines=json_progress) as reporter:
+                part = estimate_part(spec, run_index, part_of, reporter)
+                write_text_atomic(output, part.model_dump_json() + "\n")
+                reporter.event("result", output=str(output), **part.model_dump())
+            if not reporter.json_lines:
+                reached = part.samples_to_accuracy
+                stdout.print(f"run {run_index} (b={part.batch_size}, seed={part.seed}):"
+                             f" {'never' if reached is None else reached} samples to the target;"
+                             f" wrote {output}")
+            return
         with Reporter(json_lines=json_progress) as reporter:
             vector = estimate(spec, reporter)
             write_efficiency(output, vector)
@@ -226,7 +259,6 @@ def train_command(
     import os
     import signal
 
-    from edgetrain.api.io import write_text_atomic
     from edgetrain.cli.plan import parse_frequency_hz
     from edgetrain.device import DeviceError
     from edgetrain.device.sim import TwinWorkload

@@ -43,6 +43,8 @@ from edgetrain.api.keys import (
 from edgetrain.api.profile import ProfilePoint, parse_profile_csv
 from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import Obj, now_rfc3339
+from edgetrain.operator import estimate_manifests as em
+from edgetrain.operator import estimate_parts as ep
 from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
@@ -114,10 +116,12 @@ def decide(
     return out
 
 
-def awaited_configmaps(status: PowerAwareTrainingJobStatus) -> list[str]:
-    """The cache ConfigMaps whose publication moves the job on from its current phase."""
+def awaited_configmaps(status: PowerAwareTrainingJobStatus, name: str) -> list[str]:
+    """The cache ConfigMaps whose publication moves job `name` on from its current phase."""
     if status.phase is Phase.estimating and status.efficiency is not None:
-        return [status.efficiency.config_map]
+        # Each part published wakes the job too: the last one completes the vector.
+        return [status.efficiency.config_map, ep.parts_configmap_name(
+            em.estimate_job_name(name, status.attempts.estimate))]
     if status.phase is Phase.profiling:
         return [p.config_map for p in status.profiles]
     return []
@@ -274,7 +278,7 @@ class _Step:
         status, spec, world = self.status, self.spec, self.world
         key = efficiency_cache_key(spec, mf.weights_identity(spec))
         cm_name = mf.efficiency_configmap_name(key)
-        job_name = mf.short_name(world.name, f"estimate-{status.attempts.estimate}")
+        job_name = em.estimate_job_name(world.name, status.attempts.estimate)
         job = world.jobs.get(job_name)
         if "efficiency.json" in world.configmaps.get(cm_name, {}):
             cached = job is None and status.efficiency is None
@@ -288,26 +292,47 @@ class _Step:
             if other:
                 status.message = f"waiting for {other}, which estimates the same vector"
                 return
-            body = mf.estimate_job(world.job, spec, self.settings, key=key,
-                                   attempt=status.attempts.estimate,
+            width = ep.parallelism(world.servers, spec, self.settings)
+            body = em.estimate_job(world.job, spec, self.settings, key=key,
+                                   attempt=status.attempts.estimate, parallelism=width,
                                    inject=self.inject("estimate", status.attempts.estimate),
                                    hold_release=mf.injected_hold(world.job, self.settings,
                                                                  "estimate"))
+            runs = body["spec"]["completions"]
             self.announce("EstimateStarted", f"estimate-{status.attempts.estimate}",
-                          f"job {job_name} on the GPU server")
+                          f"job {job_name} on the GPU servers ({runs} runs, {width} at once)")
+            # The parts ConfigMap first: the Job's pods only patch their part into it.
+            self.act(Create("v1", "configmaps", em.parts_configmap(world.job, job_name, key)))
             self.act(Create("batch/v1", "jobs", body))
             status.attempts.next_retry_at = None
             status.message = f"estimating in job {job_name}"
             return
         pods = self.pods_of_job(job_name)
         outcome = ph.job_outcome(job, pods)
-        if outcome.state == "succeeded":
-            outcome = ph.Outcome("failed", None, "NotPublished",
-                                 f"job {job_name} finished without writing {cm_name}")
-        if outcome.state == "failed":
+        verdict = ep.parts_verdict(
+            world.configmaps.get(ep.parts_configmap_name(job_name)),
+            tag=ep.part_tag(key, str(job["metadata"].get("uid") or "")), spec=spec,
+            job_state=outcome.state)
+        if verdict.kind == "merge" and verdict.vector is None:
+            self.go(Phase.failed, "BadInput", verdict.message)  # no run reached the target
+            return
+        if verdict.kind == "merge" and verdict.vector is not None:
+            # Cached as a single estimate pod publishes it (409: the same vector is in).
+            self.act(Create("v1", "configmaps",
+                            em.efficiency_configmap(self.ns, spec, key, verdict.vector)))
+            self.go(Phase.profiling, "EfficiencyReady",
+                    f"efficiency vector {cm_name} (estimated in {verdict.total} runs by job"
+                    f" {job_name})")
+            return
+        if verdict.kind == "failed":
+            if outcome.state != "failed":
+                outcome = ph.Outcome("failed", None, "NotPublished",
+                                     f"job {job_name} finished without writing {cm_name}:"
+                                     f" {verdict.message}")
             self.failed_attempt("estimate", f"estimate job {job_name}", outcome)
-        else:
-            self.stuck(job, pods, f"estimate job {job_name}")
+            return
+        status.message = f"estimating in job {job_name}: {verdict.progress}"
+        self.stuck(job, pods, f"estimate job {job_name}")
 
     def other_producer(self, key: str) -> str | None:
         for prod in self.world.producers.get(key, ()):

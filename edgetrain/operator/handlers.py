@@ -31,6 +31,7 @@ from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuratio
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.fleet import FleetWatch
+from edgetrain.operator.phases import job_finished
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
 from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
@@ -204,7 +205,7 @@ def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
     obj["metadata"]["namespace"] = body.metadata.namespace
     ns, name = body.metadata.namespace, body.metadata.name
     step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
-    WAKEUPS.await_configmaps(job_key(body.metadata), awaited_configmaps(step.status))
+    WAKEUPS.await_configmaps(job_key(body.metadata), awaited_configmaps(step.status, name))
     for event in step.events:
         if event.key is None:  # keyed Events were posted before the status write (world.py)
             # Events take at most 1024 characters; fit_string keeps the end (the last lines).
@@ -353,8 +354,9 @@ async def wake_on_job(body: kopf.Body, **_: Any) -> None:
 
 
 def _done(body: kopf.Body) -> bool:
-    st = body.get("status") or {}
-    return bool(st.get("succeeded") or st.get("failed") or body.metadata.get("deletionTimestamp"))
+    # Not the first succeeded pod: an Indexed estimate Job runs on after each completion.
+    job = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
+    return job_finished(job) or bool(body.metadata.get("deletionTimestamp"))
 
 
 @kopf.index("batch", "v1", "jobs", labels={LABEL_PHASE: "train"})

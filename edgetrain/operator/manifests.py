@@ -26,8 +26,6 @@ from edgetrain.api.keys import (
     POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.api.workload_spec import (
-    estimate_argv,
-    estimate_spec,
     profile_argv,
     profile_spec,
     train_argv,
@@ -39,7 +37,6 @@ from edgetrain.operator.settings import OperatorSettings
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"
 WORK = "/work"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def short_name(base: str, suffix: str, limit: int = 52) -> str:
@@ -246,59 +243,6 @@ def _worker_args(
     if hold_release:
         args += ["--hold-at-progress", hold_release]
     return args + (extra or [])
-
-
-def estimate_job(
-    patj: Obj,
-    spec: PowerAwareTrainingJobSpec,
-    settings: OperatorSettings,
-    *,
-    key: str,
-    attempt: int,
-    inject: str | None = None,
-    hold_release: str | None = None,
-) -> Obj:
-    """A Job on the GPU server running `edgetrain estimate`; it publishes the cache ConfigMap."""
-    name = short_name(patj["metadata"]["name"], f"estimate-{attempt}")
-    labels = {**_common_labels(patj, "estimate"), LABEL_CACHE_KEY: key}
-    cm_labels = {
-        LABEL_CACHE: "efficiency",
-        LABEL_CACHE_KEY: key,
-        LABEL_MODEL: label_value(spec.model.architecture),
-        LABEL_MANAGED: MANAGER,
-    }
-    out = f"{WORK}/efficiency.json"
-    cmd = [
-        "edgetrain", "estimate", *estimate_argv(estimate_spec(spec, _weights(spec))),
-        "--output", out, "--json-progress",
-    ]
-    args = _worker_args(
-        publish=efficiency_configmap_name(key),
-        files={"efficiency.json": out},
-        labels=cm_labels,
-        inject=inject,
-        hold_release=hold_release,
-        extra=[*_pretrain_args(spec), "--", *cmd],
-    )
-    container = _container("estimate", settings, args, [])
-    if settings.estimate_gpus > 0 and spec.compute.device != "cpu":
-        # The GPU server's device plugin exposes its GPUs as nvidia.com/gpu (limits only).
-        container["resources"] = {"limits": {GPU_RESOURCE: str(settings.estimate_gpus)}}
-    pod = _pod_spec(
-        settings,
-        container,
-        "Never",
-        nodeSelector=dict(settings.server_selector),
-    )
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": owned_metadata(patj, name, labels),
-        "spec": {
-            "backoffLimit": 0,  # the operator retries, with its own back-off and limit
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        },
-    }
 
 
 def profile_daemonset(

@@ -34,6 +34,15 @@ from edgetrain.planner.plan import InfeasibleError, PlanInputError
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 4
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _count(quantity: object) -> int:
+    """A whole-number resource quantity (GPUs are counted in units); 0 if it is not one."""
+    try:
+        return max(0, int(str(quantity)))
+    except ValueError:
+        return 0
 
 
 # --- nodes -------------------------------------------------------------------------------
@@ -51,13 +60,15 @@ class NodeInfo:
     name: str
     labels: tuple[tuple[str, str], ...]
     schedulable: bool
+    allocatable_gpus: int = 0  # nvidia.com/gpu (a GPU server's device plugin)
 
     @classmethod
     def of(cls, node: Obj) -> NodeInfo:
         """From a Node object (the nodes index keeps only this)."""
         labels = node["metadata"].get("labels") or {}
+        gpus = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, "0")
         return cls(str(node["metadata"]["name"]), tuple(sorted(labels.items())),
-                   node_schedulable(node))
+                   node_schedulable(node), _count(gpus))
 
     @functools.cached_property
     def label_map(self) -> dict[str, str]:
@@ -161,15 +172,40 @@ def _terminated(pod: Obj) -> Obj | None:
     return None
 
 
+def _exit_code(pod: Obj) -> int | None:
+    term = _terminated(pod)
+    return None if term is None else int(term.get("exitCode", 1))
+
+
+def job_complete(job: Obj) -> bool:
+    """Every completion of the Job succeeded (an Indexed estimate Job has several)."""
+    status = job.get("status", {}) or {}
+    if any(c.get("type") == "Complete" and c.get("status") == "True"
+           for c in status.get("conditions", []) or []):
+        return True
+    completions = (job.get("spec") or {}).get("completions") or 1
+    return int(status.get("succeeded") or 0) >= int(completions)
+
+
+def job_finished(job: Obj) -> bool:
+    """Complete, or failed (backoffLimit 0: the first failed pod fails the Job)."""
+    status = job.get("status", {}) or {}
+    return job_complete(job) or bool(status.get("failed")) or any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions", []) or [])
+
+
 def job_outcome(job: Obj, pods: list[Obj]) -> Outcome:
     """Classify a Job (backoffLimit 0) from its conditions and its pods' termination states."""
     status = job.get("status", {}) or {}
     conds = {c.get("type"): c for c in status.get("conditions", []) or []
              if c.get("status") == "True"}
-    if status.get("succeeded") or "Complete" in conds:
+    if job_complete(job):
         return Outcome("succeeded", 0)
     if "Failed" in conds or status.get("failed"):
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+        # The first pod that failed: an Indexed Job's pods that succeeded before it say nothing.
+        for pod in sorted(pods, key=lambda p: (_exit_code(p) == 0,
+                                               p["metadata"].get("creationTimestamp", ""))):
             term = _terminated(pod)
             if term:
                 return Outcome(

@@ -23,10 +23,12 @@ from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_str
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, now_rfc3339
 from edgetrain.operator import decide as dc
+from edgetrain.operator import estimate_manifests as em
+from edgetrain.operator import estimate_parts as ep
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
-from edgetrain.operator.phases import NodeInfo, candidates
+from edgetrain.operator.phases import NodeInfo, candidates, job_finished
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
@@ -135,6 +137,7 @@ class Reconciler:
         daemonsets: dict[str, Obj] = {}
         pods: list[Obj] = []
         load: dict[str, int] = {}
+        servers: tuple[NodeInfo, ...] = ()
         # The label narrows the list on the server; the owner's uid decides (the label value is
         # the name cut at 63 characters, which two jobs may share).
         mine = f"{LABEL_JOB}={mf.label_value(name)}"
@@ -146,7 +149,9 @@ class Reconciler:
         elif phase is Phase.estimating:
             key = efficiency_cache_key(spec, mf.weights_identity(spec))
             cm = mf.efficiency_configmap_name(key)
-            configmaps.update(self._cache(indexes, ns, [cm]))
+            job_name = em.estimate_job_name(name, status.attempts.estimate)
+            parts = ep.parts_configmap_name(job_name)
+            configmaps.update(self._cache(indexes, ns, [cm, parts]))
             producers[key] = tuple(_values(indexes.estimators, (ns, key)))
             # The vector is published: the Job that made it no longer matters to the decision.
             if not entered and cm not in configmaps:
@@ -161,6 +166,16 @@ class Reconciler:
                     got = self.kube.get_or_none(api_path("v1", "configmaps", ns, cm))
                     if got is not None:
                         configmaps[cm] = dict(got.get("data") or {})
+                current = jobs.get(job_name)
+                if cm not in configmaps and current is not None and job_finished(current):
+                    # Its last part may be newer than the index: read them fresh, once.
+                    got = self.kube.get_or_none(api_path("v1", "configmaps", ns, parts))
+                    if got is not None:
+                        configmaps[parts] = dict(got.get("data") or {})
+            retry_at = status.attempts.next_retry_at
+            if (cm not in configmaps and job_name not in jobs and (retry_at or 0) <= time.time()
+                    and all(p.owner == uid for p in producers[key])):
+                servers = self._servers()  # an estimate Job is about to be made
         elif phase is Phase.profiling:
             keys = [mf.profile_key(spec, c.device_model, c.l4t)
                     for c in candidates(nodes, self.settings.jetson_selector)]
@@ -202,7 +217,8 @@ class Reconciler:
                     jobs[training.job] = found
                     pods = list(self._list("v1", "pods", ns, f"job-name={training.job}")
                                 .values())
-        return wd.World(job=job, now_s=time.time(), nodes=nodes, training_load=load,
+        return wd.World(job=job, now_s=time.time(), nodes=nodes, servers=servers,
+                        training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
                         pods=tuple(pods), producers=producers, worker_identity=worker_identity,
                         budgets=budgets,
@@ -218,6 +234,13 @@ class Reconciler:
                 nodes = tuple(_all_values(indexes.nodes))
                 self._fleet = (indexes.nodes, now, nodes)
             return nodes
+
+    def _servers(self) -> tuple[NodeInfo, ...]:
+        """The GPU servers (serverSelector), read when an estimate is about to start: not a
+        watch, since they change rarely and only an estimate's start looks at them."""
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.server_selector.items()))
+        items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
+        return tuple(NodeInfo.of(n) for n in items)
 
     def _worker_identity(self, ns: str) -> bool:
         """`ns` has the worker ServiceAccount (remembered once seen, for this operator run)."""

@@ -119,6 +119,11 @@ class OperatorSettings(BaseModel):
         " 0: request none. Jetson pods request none: the NVIDIA container runtime gives them"
         " the GPU",
     )
+    estimate_parallelism: Annotated[int, Field(ge=1)] = Field(
+        default=8,
+        description="most pods of one estimate at once (an Indexed Job, one completion per"
+        " batch size and seed); also bounded by the runs and the GPUs of the Ready servers",
+    )
     jetson_runtime_class: str | None = Field(
         default=None,
         pattern=DNS_SUBDOMAIN_PATTERN,

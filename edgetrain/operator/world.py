@@ -29,6 +29,9 @@ class World:
     job: Obj
     now_s: float
     nodes: tuple[NodeInfo, ...] = ()
+    # The GPU servers (serverSelector), read only when an estimate Job is about to start: its
+    # parallelism is bounded by the GPUs they allocate.
+    servers: tuple[NodeInfo, ...] = ()
     training_load: Mapping[str, int] = field(default_factory=dict)
     configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     jobs: Mapping[str, Obj] = field(default_factory=dict)

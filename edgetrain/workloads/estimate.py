@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
-import statistics
 
 import torch
 
-from edgetrain.api.efficiency import EfficiencyVector
+from edgetrain.api.efficiency import (
+    EfficiencyPart,
+    EfficiencyVector,
+    estimate_runs,
+    target_not_reached_message,
+    vector_from_runs,
+)
 from edgetrain.api.errors import BadInputError
 from edgetrain.api.workload_spec import EstimateSpec
 from edgetrain.workloads.accel import CUDA_CONTEXT_BYTES, Accelerator, peak_memory, resolve
@@ -32,13 +37,8 @@ class TargetNotReachedError(BadInputError):
 
     def __init__(self, spec: EstimateSpec, best: dict[int, float]) -> None:
         self.best_accuracy = best
-        reached = ", ".join(f"b={b}: {acc:.3f}" for b, acc in best.items())
-        super().__init__(
-            f"no batch size reached target accuracy {spec.target_accuracy:g} on"
-            f" {spec.dataset!r} within {spec.sample_budget} samples (best accuracy {reached});"
-            " raise the sample budget (--sample-budget / budget.estimateSamples) or lower the"
-            " target (--target-accuracy / targetAccuracy)"
-        )
+        super().__init__(target_not_reached_message(
+            spec.target_accuracy, spec.dataset, spec.sample_budget, best))
 
 
 # One run's outcome: samples at the first evaluation at the target (None: never), best accuracy.
@@ -96,12 +96,6 @@ def samples_to_accuracy_once(
     )
     best = max((acc for _s, acc in state.curve), default=0.0)
     return (state.samples if state.reached_target else None), best
-
-
-def median_samples(runs: list[int | None]) -> float | None:
-    """Median over seeds, a miss counting as infinitely many samples; None if the median missed."""
-    value = statistics.median(float("inf") if r is None else float(r) for r in runs)
-    return None if value == float("inf") else value
 
 
 def run_bytes(spec: EstimateSpec, task: Task, accel: Accelerator) -> int:
@@ -173,7 +167,7 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
     configure_threads()
     accel = resolve(spec.device, spec.precision)
     task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
-    runs = [(b, seed) for b in spec.batch_sizes for seed in spec.seeds]
+    runs = estimate_runs(spec.batch_sizes, spec.seeds)
     workers = parallel_runs(spec, task, accel, len(runs))
     if reporter:
         reporter.event(
@@ -196,17 +190,43 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
                 reporter.event(
                     "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)][0]
                 )
-    samples = [
-        median_samples([results[(b, seed)][0] for seed in spec.seeds]) for b in spec.batch_sizes
-    ]
-    if all(s is None for s in samples):
-        best = {b: max(results[(b, seed)][1] for seed in spec.seeds) for b in spec.batch_sizes}
-        raise TargetNotReachedError(spec, best)
-    vector = EfficiencyVector.from_samples(
+    vector = vector_from_runs(
         model=spec.model,
         dataset=spec.dataset,
         target_accuracy=spec.target_accuracy,
         batch_sizes=spec.batch_sizes,
-        samples_to_accuracy=samples,
+        seeds=spec.seeds,
+        results=results,
     )
+    if not isinstance(vector, EfficiencyVector):
+        raise TargetNotReachedError(spec, vector)
     return vector.model_copy(update={"device": accel.label, "precision": accel.precision.value})
+
+
+def estimate_part(
+    spec: EstimateSpec, index: int, tag: str, reporter: Reporter | None = None
+) -> EfficiencyPart:
+    """Run `index` of the estimate alone (one completion of the operator's Indexed Job): its
+    part, which the operator merges with the others into the vector `estimate` would give."""
+    runs = estimate_runs(spec.batch_sizes, spec.seeds)
+    if not 0 <= index < len(runs):
+        raise BadInputError(
+            f"--run-index {index} is out of range: {len(spec.batch_sizes)} batch sizes ×"
+            f" {len(spec.seeds)} seeds make runs 0 to {len(runs) - 1}"
+        )
+    configure_threads()
+    accel = resolve(spec.device, spec.precision)
+    task = load_task(spec.dataset, spec.dataset_limit).to(accel.device)
+    b, seed = runs[index]
+    if reporter:
+        reporter.event("device", device=accel.label, precision=accel.precision.value, parallel=1)
+        reporter.start(f"estimate b={b} seed={seed}", spec.sample_budget, batch_size=b, seed=seed)
+    samples, best = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
+    if reporter:
+        reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=samples)
+    return EfficiencyPart(
+        tag=tag, index=index, model=spec.model, dataset=spec.dataset,
+        target_accuracy=spec.target_accuracy, batch_size=b, seed=seed,
+        samples_to_accuracy=samples, best_accuracy=best, device=accel.label,
+        precision=accel.precision.value,
+    )

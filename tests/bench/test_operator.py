@@ -8,10 +8,22 @@ from pathlib import Path
 import pytest
 import yaml
 
+from edgetrain.api.efficiency import EfficiencyPart
+from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import ANNOTATION_BENCH_DONE
-from edgetrain.bench.operator import JobTrack, decisions, latency_stats, node_counts
+from edgetrain.bench.operator import (
+    JobTrack,
+    Tracker,
+    decisions,
+    estimate_phase_s,
+    job_manifest,
+    latency_stats,
+    node_counts,
+)
 from edgetrain.bench.operator_fleet import OPERATOR_USER, bench_stages, read_audit
-from edgetrain.bench.operator_worker import worker_args
+from edgetrain.bench.operator_worker import part_json, pod_env, worker_args
+from edgetrain.operator import estimate_manifests as em
+from edgetrain.operator.settings import load_settings
 from tests.helpers import run_edgetrain
 
 UPSTREAM = """\
@@ -50,6 +62,42 @@ def test_worker_args_are_read_like_the_worker_reads_them() -> None:
                         "--publish", "not-mine"])
     assert (args.publish, args.files, args.labels, args.progress) == (
         "cm", ("a.json",), {"k": "v=w"}, "p")
+    assert args.option("--publish") == "not-mine" and args.option("--seeds") is None
+
+
+def test_a_run_of_the_indexed_estimate_publishes_its_part() -> None:
+    """The pod as the Job controller makes it: the completion index in an annotation, the
+    Job's uid in a label; the fake worker expands the args as the kubelet would."""
+    manifest = job_manifest("bench-00001", 1, [5.0], seeds=2)
+    spec = PowerAwareTrainingJobSpec.model_validate(manifest["spec"])
+    patj = {"metadata": {"name": "bench-00001", "namespace": "b", "uid": "u-1"}}
+    job = em.estimate_job(patj, spec, load_settings({}), key="k", attempt=0, parallelism=2)
+    pod = {"metadata": {"name": "p", "labels": {"batch.kubernetes.io/controller-uid": "j-9"},
+                        "annotations": {"batch.kubernetes.io/job-completion-index": "3"}},
+           "spec": job["spec"]["template"]["spec"]}
+    container = pod["spec"]["containers"][0]
+    container["env"].append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
+    args = worker_args(container["args"], pod_env(pod))
+    assert (args.publish, args.files) == ("bench-00001-estimate-0-parts", ("part-3.json",))
+    part = EfficiencyPart.model_validate_json(part_json(spec, args))
+    # Runs in order (16, 0), (16, 1), (64, 0), (64, 1): completion 3 is b=64, seed 1.
+    assert (part.tag, part.index, part.batch_size, part.seed) == ("k/j-9", 3, 64, 1)
+
+
+def test_the_estimate_phase_ends_with_its_last_part() -> None:
+    tracker = Tracker(["bench-00000"])
+    tracker.publish("bench-00000-estimate-0-parts", 4.0)
+    tracker.publish("bench-00000-estimate-0-parts", 7.0)
+    tracker.publish("edgetrain-efficiency-k", 1.0)  # not a part
+    track = tracker.jobs["bench-00000"]
+    assert track.parts_done == 7.0
+    track.created, track.estimate_jobs = 0.0, [0.5]
+    track.phase_seen = {"EstimatingEfficiency": 0.6, "Profiling": 7.2}
+    track.daemonsets = [7.3]
+    assert decisions(track, tracker.published)["efficiency"] == pytest.approx(0.2)
+    assert estimate_phase_s(track) == pytest.approx(6.7)
+    assert estimate_phase_s(JobTrack()) is None  # a cache hit ran none
 
 
 @pytest.mark.parametrize(
@@ -123,6 +171,7 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     """With the poll interval far beyond the deadline, every decision after a job's creation
     must come from a wake-up: an input landing, seen by the operator's watches."""
     proc = run_edgetrain("bench", "operator", "--jobs", "3", "--nodes", "20", "--work", "0.2",
+                         "--servers", "2", "--server-gpus", "1",
                          "--poll-interval", "3600", "--deadline", "240", "--json",
                          "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -142,6 +191,12 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert result["api_requests"] > 0 and result["operator_rss_mb"] > 0
     assert result["objects_created"]["Job estimate"] == 3
     assert result["objects_created"]["Job train"] == 3
+    # Each estimate is an Indexed Job of two runs; the six runs went to both GPU servers (one
+    # GPU each), and the last part published moved each job on (no poll).
+    assert result["estimate_phase"]["count"] == 3
+    assert result["transitions"]["efficiency"]["count"] == 3
+    per_node = result["estimate_pods_per_node"]
+    assert set(per_node) == {"gpu-server-0", "gpu-server-1"} and sum(per_node.values()) == 6
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, node_specs
 
-# The session's virtual nodes: two Jetson boards and one GPU server.
+# The session's virtual nodes: two Jetson boards and two GPU servers (an estimate's runs
+# spread over both: tests/operator/test_e2e.py).
 JETSON_COUNTS = {"jetson-nano": 1, "jetson-orin-nano": 1}
-SERVERS = 1
+SERVERS = 2
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +41,7 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 @pytest.fixture(scope="session")
 def vnodes(cluster: LocalCluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[VNodeAgent]:
-    """Virtual Jetson nodes and a virtual GPU server, Ready, running their pods locally."""
+    """Virtual Jetson nodes and virtual GPU servers, Ready, running their pods locally."""
     agent = VNodeAgent(
         kube,
         node_specs(JETSON_COUNTS, SERVERS, prefix="vn"),

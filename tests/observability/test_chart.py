@@ -258,6 +258,20 @@ def test_schema_rejects_bad_values() -> None:
     out = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION,
                "--set", "agent.guard.windowSeconds=0", check=False)
     assert out.returncode != 0 and "windowSeconds" in out.stderr
+    out = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+               "--set", "operator.settings.estimateParallelism=0", check=False)
+    assert out.returncode != 0 and "estimateParallelism" in out.stderr
+
+
+def test_estimate_parallelism_reaches_the_operator() -> None:
+    def env(*sets: str) -> dict[str, str]:
+        dep = next(d for d in render(*sets) if d["kind"] == "Deployment")
+        return {e["name"]: e.get("value") for e in
+                dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    key = "EDGETRAIN_OPERATOR_ESTIMATE_PARALLELISM"
+    assert env()[key] == "8"
+    assert env("operator.settings.estimateParallelism=2")[key] == "2"
 
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"

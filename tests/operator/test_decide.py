@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from edgetrain.api import EfficiencyVector
+from edgetrain.api.efficiency import EfficiencyPart
 from edgetrain.api.history import EfficiencyObservation
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import (
@@ -148,6 +149,59 @@ def kinds(d: wd.Decision) -> list[str]:
     return out
 
 
+START_0 = ["event EstimateStarted", "create configmaps j-estimate-0-parts",
+           "create jobs j-estimate-0"]
+EST_UID = "e5717a7e-0000-4000-8000-000000000001"
+TAG = f"{EFF_KEY}/{EST_UID}"
+TWO_SEEDS = SPEC.model_copy(update={"budget": SPEC.budget.model_copy(update={"seeds": [0, 1]})})
+# The seeds are part of the cache key, so of the parts' tag.
+TAG2 = f"{efficiency_cache_key(TWO_SEEDS, None)}/{EST_UID}"
+EFF2_CM = mf.efficiency_configmap_name(efficiency_cache_key(TWO_SEEDS, None))
+
+
+def server(name: str, gpus: int, ready: bool = True) -> NodeInfo:
+    return NodeInfo(name, (("edgetrain.io/node-kind", "server"),), ready, gpus)
+
+
+def width(d: wd.Decision) -> int:
+    """The parallelism of the estimate Job the decision creates."""
+    (create,) = [a for a in d.actions if isinstance(a, wd.Create) and a.plural == "jobs"]
+    return int(create.body["spec"]["parallelism"])
+
+
+def est_job(state: str, completions: int = 2) -> dict[str, Any]:
+    """The Indexed estimate Job: `running` with some completions done, or finished."""
+    body = job("running" if state == "partly" else state)
+    body["metadata"] = {"name": "j-estimate-0", "uid": EST_UID}
+    body["spec"] = {"completions": completions, "completionMode": "Indexed"}
+    if state == "succeeded":
+        body["status"] = {"succeeded": completions,
+                          "conditions": [{"type": "Complete", "status": "True"}]}
+    if state == "partly":
+        body["status"] = {"succeeded": 1, "active": 1}
+    return body
+
+
+def part(index: int, b: int, samples: int | None, seed: int = 0, tag: str = TAG,
+         best: float = 0.9) -> tuple[str, str]:
+    return f"part-{index}.json", EfficiencyPart(
+        tag=tag, index=index, model="resnet8-w025", dataset="digits", target_accuracy=0.87,
+        batch_size=b, seed=seed, samples_to_accuracy=samples, best_accuracy=best,
+        device="cpu", precision="fp32").model_dump_json()
+
+
+PARTS_CM = "j-estimate-0-parts"
+BOTH = dict([part(0, 64, 40000), part(1, 128, 20000)])
+
+
+def merged(d: wd.Decision) -> EfficiencyVector:
+    (create,) = [a for a in d.actions if isinstance(a, wd.Create) and a.plural == "configmaps"]
+    return EfficiencyVector.model_validate_json(create.body["data"]["efficiency.json"])
+
+
+PARTS_ROWS: list[Row] = []
+
+
 @dataclass
 class Row:
     name: str
@@ -160,6 +214,87 @@ class Row:
     spec: PowerAwareTrainingJobSpec | str = field(default=SPEC)
     settings: OperatorSettings = SETTINGS
 
+
+PARTS_ROWS += [
+    Row("estimating: parallelism is the servers' GPUs that fit, bounded by the runs",
+        status(Phase.estimating), world(servers=(server("s0", 1), server("s1", 1))),
+        Phase.estimating, START_0, None, lambda d: width(d) == 2
+        and "2 runs, 2 at once" in d.events[0].message),
+    Row("estimating: a server that is not Ready adds nothing",
+        status(Phase.estimating), world(servers=(server("s0", 1), server("s1", 8, False))),
+        Phase.estimating, START_0, None, lambda d: width(d) == 1),
+    Row("estimating: four runs (two seeds) on eight GPUs, bounded by the chart's setting",
+        status(Phase.estimating), world(servers=(server("s0", 8),)), Phase.estimating, START_0,
+        None, lambda d: width(d) == 3, spec=TWO_SEEDS,
+        settings=SETTINGS.model_copy(update={"estimate_parallelism": 3})),
+    Row("estimating: pods of two GPUs each: a 3-GPU server holds one",
+        status(Phase.estimating), world(servers=(server("s0", 3),)), Phase.estimating, START_0,
+        None, lambda d: width(d) == 1, settings=SETTINGS.model_copy(update={"estimate_gpus": 2})),
+    Row("estimating: pods that request no GPU: one per Ready server",
+        status(Phase.estimating), world(servers=(server("s0", 0), server("s1", 0))),
+        Phase.estimating, START_0, None, lambda d: width(d) == 2,
+        settings=SETTINGS.model_copy(update={"estimate_gpus": 0})),
+    Row("estimating: every part in: merged into the cache, as one estimate pod would",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("succeeded")}, configmaps={PARTS_CM: BOTH}),
+        Phase.profiling, [f"create configmaps {EFF_CM}", "event EfficiencyReady"],
+        "EfficiencyReady", lambda d: merged(d).samples_to_accuracy == [40000.0, 20000.0]
+        and merged(d).r == [1.0, 0.5] and merged(d).device == "cpu"
+        and d.status.efficiency is not None and d.status.efficiency.cached is False),
+    Row("estimating: every part in while the Job still reports running: merge",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("partly")}, configmaps={PARTS_CM: BOTH}),
+        Phase.profiling, [f"create configmaps {EFF_CM}", "event EfficiencyReady"]),
+    Row("estimating: one part in, one running: wait, saying how far",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("partly")},
+              configmaps={PARTS_CM: dict([part(0, 64, 40000)])}),
+        Phase.estimating, [], None, lambda d: "1 of 2 runs done" in d.status.message),
+    Row("estimating: no parts ConfigMap yet: wait",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("running")}), Phase.estimating, [], None,
+        lambda d: "0 of 2 runs done" in d.status.message),
+    Row("estimating: a part of an older Job of the same name is skipped",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("partly")}, configmaps={PARTS_CM: dict(
+            [part(0, 64, 40000), part(1, 128, 20000, tag=f"{EFF_KEY}/old-uid")])}),
+        Phase.estimating, [], None, lambda d: "1 of 2 runs done" in d.status.message
+        and "part-1.json: of another estimate" in d.status.message),
+    Row("estimating: the Job completed but a part is foreign: a failed attempt naming it",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("succeeded")}, configmaps={PARTS_CM: dict(
+            [part(0, 64, 40000), part(1, 128, 20000, tag="other-key/" + EST_UID)])}),
+        Phase.estimating, ["event EstimateFailed"], None,
+        lambda d: "missing part-1.json" in d.status.message
+        and "NotPublished" in d.status.message and d.status.attempts.estimate == 1),
+    Row("estimating: a corrupt part counts as missing",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("succeeded")},
+              configmaps={PARTS_CM: {**dict([part(0, 64, 40000)]), "part-1.json": "{oops"}}),
+        Phase.estimating, ["event EstimateFailed"], None,
+        lambda d: "part-1.json: unreadable" in d.status.message),
+    Row("estimating: the Job failed with a part missing: retried like a failed pod",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("failed")},
+              configmaps={PARTS_CM: dict([part(0, 64, 40000)])},
+              pods=(pod("j-estimate-0", 1, "killed"),)),
+        Phase.estimating, ["event EstimateFailed"], None,
+        lambda d: "killed" in d.status.message and d.status.attempts.estimate == 1),
+    Row("estimating: every part says the target was never reached: bad input, not retried",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("succeeded")}, configmaps={PARTS_CM: dict(
+            [part(0, 64, None, best=0.61), part(1, 128, None, best=0.55)])}),
+        Phase.failed, ["event BadInput"], "BadInput",
+        lambda d: "best accuracy b=64: 0.610, b=128: 0.550" in d.status.message
+        and "within 20000 samples" in d.status.message),
+    Row("estimating: two seeds, four parts: the median per batch size",
+        status(Phase.estimating, efficiency=EFF),
+        world(jobs={"j-estimate-0": est_job("succeeded", 4)}, configmaps={PARTS_CM: dict([
+            part(0, 64, 40000, tag=TAG2), part(1, 64, None, seed=1, tag=TAG2),
+            part(2, 128, 10000, tag=TAG2), part(3, 128, 30000, seed=1, tag=TAG2)])}),
+        Phase.profiling, [f"create configmaps {EFF2_CM}", "event EfficiencyReady"], None,
+        lambda d: merged(d).samples_to_accuracy == [None, 20000.0], spec=TWO_SEEDS),
+]
 
 ROWS = [
     Row("pending starts: progress ConfigMap, no RBAC of its own",
@@ -183,8 +318,8 @@ ROWS = [
         ["event EfficiencyReady"], "EfficiencyReady",
         lambda d: d.status.efficiency is not None and d.status.efficiency.cached is True),
     Row("estimating: cache miss starts the estimate Job",
-        status(Phase.estimating), world(), Phase.estimating,
-        ["event EstimateStarted", "create jobs j-estimate-0"]),
+        status(Phase.estimating), world(), Phase.estimating, START_0,
+        None, lambda d: width(d) == 1),  # no server is Ready: one pod, which waits
     Row("estimating: another job makes the same vector: wait",
         status(Phase.estimating),
         world(producers={EFF_KEY: (wd.Producer("other", "job other-estimate-0"),)}),
@@ -193,7 +328,7 @@ ROWS = [
     Row("estimating: our own producer is no reason to wait",
         status(Phase.estimating),
         world(producers={EFF_KEY: (wd.Producer(JOB["metadata"]["uid"], "job x"),)}),
-        Phase.estimating, ["event EstimateStarted", "create jobs j-estimate-0"]),
+        Phase.estimating, START_0),
     Row("estimating: a producer of another job of the same (cut) label value is another's",
         status(Phase.estimating),
         world(producers={EFF_KEY: (wd.Producer("fedcba9876543210", "job j-estimate-0"),)}),
@@ -214,7 +349,8 @@ ROWS = [
     Row("estimating: the next attempt gets the next Job name",
         status(Phase.estimating, attempts=PhaseAttempts(estimate=1, next_retry_at=NOW - 1)),
         world(jobs={"j-estimate-0": job("failed")}), Phase.estimating,
-        ["event EstimateStarted", "create jobs j-estimate-1"], None,
+        ["event EstimateStarted", "create configmaps j-estimate-1-parts",
+         "create jobs j-estimate-1"], None,
         lambda d: d.status.attempts.next_retry_at is None),
     Row("estimating: the last retry fails the job",
         status(Phase.estimating, attempts=PhaseAttempts(estimate=2)),
@@ -241,6 +377,7 @@ ROWS = [
         world(configmaps=CACHE, jobs={"j-estimate-0": job("succeeded")}), Phase.profiling,
         ["event EfficiencyReady"], "EfficiencyReady",
         lambda d: d.status.efficiency is not None and d.status.efficiency.cached is False),
+    *PARTS_ROWS,
     Row("estimating: a pod no node takes for too long fails the job",
         status(Phase.estimating, efficiency=EFF),
         world(jobs={"j-estimate-0": job("running")},

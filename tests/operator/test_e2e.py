@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from edgetrain.api.efficiency import EfficiencyPart, EfficiencyVector
+from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.profile import parse_profile_csv
 from edgetrain.cluster import KubeApiError, KubeClient, VNodeAgent, api_path, node_specs
+from edgetrain.operator.estimate_parts import parts_verdict
 from tests.operator.conftest import (
     OperatorProcess,
     job_manifest,
@@ -172,6 +175,7 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert training["peakPowerWatts"] > 0
     conds = {c["type"]: c["status"] for c in status["conditions"]}
     assert conds["Ready"] == "True" and conds["EfficiencyReady"] == "True"
+    _assert_fanned_out(kube, namespace, first, status["efficiency"])
     # The training pod carried the plan: batch size in its command, f and the limit annotated.
     (job,) = _jobs(kube, namespace, "train", first)
     pods = kube.get(api_path("v1", "pods", namespace),
@@ -220,6 +224,30 @@ def test_job_succeeds_then_second_job_hits_the_cache(
                   what="both observations in the history ConfigMap")
     print(f"\nfirst job {first_s:.1f} s, cached second job {second_s:.1f} s,"
           f" operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
+
+
+def _assert_fanned_out(kube: KubeClient, ns: str, name: str, efficiency: dict[str, Any]) -> None:
+    """The estimate ran as an Indexed Job, one run per batch size on both GPU servers, and the
+    cached vector is the operator's merge of the runs' parts."""
+    (est,) = _jobs(kube, ns, "estimate", name)
+    spec = est["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == (
+        "Indexed", 2, 2)  # two batch sizes, one seed; the two servers hold both runs
+    pods = kube.get(api_path("v1", "pods", ns),
+                    labelSelector=f"job-name={est['metadata']['name']}")["items"]
+    assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded", "Succeeded"]
+    assert {p["spec"]["nodeName"] for p in pods} == {"vn-gpu-server-0", "vn-gpu-server-1"}
+    parts = kube.get(api_path("v1", "configmaps", ns, f"{est['metadata']['name']}-parts"))
+    assert sorted(parts["data"]) == ["part-0.json", "part-1.json"]
+    tag = f"{efficiency['key']}/{est['metadata']['uid']}"
+    assert all(EfficiencyPart.model_validate_json(v).tag == tag
+               for v in parts["data"].values())
+    job = kube.get(patj_path(ns, name))
+    verdict = parts_verdict(parts["data"], tag=tag, job_state="succeeded",
+                            spec=PowerAwareTrainingJobSpec.model_validate(job["spec"]))
+    cached = kube.get(api_path("v1", "configmaps", ns, efficiency["configMap"]))
+    assert verdict.vector == EfficiencyVector.model_validate_json(
+        cached["data"]["efficiency.json"])
 
 
 def test_predicted_profiling_plans_a_full_power_mode(

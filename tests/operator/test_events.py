@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from edgetrain.api.efficiency import EfficiencyPart
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
 from edgetrain.kube import now_rfc3339
 from edgetrain.operator import decide as dc
@@ -18,8 +19,7 @@ from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from tests.operator.test_decide import (
     DS,
-    EFF_CM,
-    EFF_JSON,
+    EFF_KEY,
     JOB,
     NOW,
     PROF_CM,
@@ -48,7 +48,8 @@ class Cluster:
         self.unkeyed: list[str] = []  # kopf's Events, posted after the status write
 
     def world(self) -> wd.World:
-        jobs = {n: job("running") for n in self.workloads if "-profile-" not in n}
+        jobs = {n: {**job("running"), "metadata": {"name": n, "uid": f"uid-{n}"}}
+                for n in self.workloads if "-profile-" not in n}
         return wd.World(job=JOB, now_s=NOW, nodes=(node("n1"),), worker_identity=True,
                         configmaps=self.configmaps, jobs=jobs,
                         daemonsets={n: {} for n in self.workloads if "-profile-" in n})
@@ -60,7 +61,10 @@ class Cluster:
                                     now_rfc3339())
                 self.events.setdefault(body["metadata"]["name"], action.reason)  # 409: kept
         elif isinstance(action, wd.Create):
-            if action.plural != "configmaps":
+            if action.plural == "configmaps":  # 409 on a second create: the first one stays
+                self.configmaps.setdefault(action.body["metadata"]["name"],
+                                           dict(action.body.get("data") or {}))
+            else:
                 self.workloads.add(action.body["metadata"]["name"])
         elif isinstance(action, wd.Delete):
             self.workloads.discard(action.name)
@@ -87,9 +91,15 @@ class Cluster:
         return status
 
     def workers_finish(self) -> None:
-        """The estimate and profiling workers publish what they make."""
+        """The estimate's pods publish their parts (the operator merges them into the cache)
+        and the profiling workers publish what they make."""
         if "j-estimate-0" in self.workloads:
-            self.configmaps[EFF_CM] = {"efficiency.json": EFF_JSON}
+            self.configmaps["j-estimate-0-parts"] = {
+                f"part-{i}.json": EfficiencyPart(
+                    tag=f"{EFF_KEY}/uid-j-estimate-0", index=i, model="resnet8-w025",
+                    dataset="digits", target_accuracy=0.87, batch_size=b, seed=0,
+                    samples_to_accuracy=40000, best_accuracy=0.9).model_dump_json()
+                for i, b in enumerate(SPEC.batch_sizes)}
         if DS in self.workloads:
             self.configmaps[PROF_CM] = {"profile.csv": PROF_CSV}
 
@@ -126,7 +136,7 @@ def test_a_start_event_precedes_the_object_it_announces() -> None:
                                                            transitions=1),
                          wd.World(job=JOB, now_s=NOW), SETTINGS)
     kinds = [type(a).__name__ for a in decision.actions]
-    assert kinds == ["PostEvent", "Create"]
+    assert kinds == ["PostEvent", "Create", "Create"]  # the Event, the parts, the Job
 
 
 def test_event_names_are_per_job_and_key() -> None:

@@ -12,6 +12,7 @@ from edgetrain.api.keys import (
     ANNOTATION_POWER_LIMIT_WATTS,
     POWER_MODE_ANNOTATIONS,
 )
+from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.settings import load_settings
 
@@ -38,17 +39,59 @@ def _args(obj: dict[str, Any]) -> list[str]:
 
 def test_estimate_job_runs_on_the_server_and_publishes() -> None:
     settings = load_settings({})
-    job = mf.estimate_job(PATJ, SPEC, settings, key="k1", attempt=0)
+    seeds = SPEC.model_copy(update={"budget": SPEC.budget.model_copy(update={"seeds": [0, 1]})})
+    job = em.estimate_job(PATJ, seeds, settings, key="k1", attempt=0, parallelism=3)
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"edgetrain.io/node-kind": "server"}
     assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
     assert job["metadata"]["ownerReferences"][0]["uid"] == PATJ["metadata"]["uid"]
+    # One completion per (batch size, seed), at most `parallelism` at once, spread softly.
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (4, 3)
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"] == job["spec"]["template"]["metadata"]["labels"]
     args = _args(job)
     sep = args.index("--")
-    assert args[:sep][args.index("--publish") + 1] == "edgetrain-efficiency-k1"
+    # Each pod patches its own key into the parts ConfigMap the operator made for this Job.
+    assert args[:sep][args.index("--publish") + 1] == "j1-estimate-0-parts"
+    part_file = args[:sep][args.index("--file") + 1]
+    assert part_file == "part-$(JOB_COMPLETION_INDEX).json=/work/part.json"
     assert args[sep + 1 : sep + 3] == ["edgetrain", "estimate"]
     assert args[args.index("--batch-sizes") + 1] == "16,64"
+    assert args[args.index("--seeds") + 1] == "0,1"
+    assert args[args.index("--run-index") + 1] == "$(JOB_COMPLETION_INDEX)"
+    assert args[args.index("--part-of") + 1] == "k1/$(EDGETRAIN_ESTIMATE_JOB_UID)"
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["EDGETRAIN_ESTIMATE_JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['batch.kubernetes.io/controller-uid']")
     assert "--inject-failure" not in args
+    # No more pods than runs, and never none.
+    assert em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0, parallelism=9)["spec"][
+        "parallelism"] == 2
+    assert em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0, parallelism=0)["spec"][
+        "parallelism"] == 1
+
+
+def test_parts_and_merged_vector_configmaps() -> None:
+    from edgetrain.api.efficiency import EfficiencyVector
+
+    parts = em.parts_configmap(PATJ, "j1-estimate-2", "k1")
+    assert parts["metadata"]["name"] == "j1-estimate-2-parts" and parts["data"] == {}
+    # Owned by the job; labelled so that the cache index holds it and a part wakes the job.
+    assert parts["metadata"]["ownerReferences"][0]["uid"] == PATJ["metadata"]["uid"]
+    assert parts["metadata"]["labels"]["edgetrain.io/cache"] == "estimate-parts"
+    vector = EfficiencyVector.from_samples(model="resnet8-w025", dataset="digits",
+                                           target_accuracy=0.8, batch_sizes=[16, 64],
+                                           samples_to_accuracy=[100.0, 200.0])
+    cache = em.efficiency_configmap("ns", SPEC, "k1", vector)
+    assert cache["metadata"]["name"] == "edgetrain-efficiency-k1"
+    assert "ownerReferences" not in cache["metadata"]  # the cache outlives the job
+    assert cache["metadata"]["labels"] == {
+        "edgetrain.io/cache": "efficiency", "edgetrain.io/cache-key": "k1",
+        "edgetrain.io/model": "resnet8-w025", "app.kubernetes.io/managed-by": "edgetrain-operator"}
+    assert EfficiencyVector.model_validate_json(cache["data"]["efficiency.json"]) == vector
 
 
 def test_profile_daemonset_one_node_per_model() -> None:
@@ -162,7 +205,7 @@ def test_cache_keys_are_stable_and_distinct() -> None:
 
 def test_estimate_requests_a_gpu_and_every_pod_passes_the_device() -> None:
     settings = load_settings({})
-    job = mf.estimate_job(PATJ, SPEC, settings, key="k1", attempt=0)
+    job = em.estimate_job(PATJ, SPEC, settings, key="k1", attempt=0)
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     args = _args(job)
@@ -179,18 +222,18 @@ def test_estimate_requests_a_gpu_and_every_pod_passes_the_device() -> None:
 
 
 def test_gpu_request_is_configurable_and_absent_at_zero_or_on_cpu() -> None:
-    two = mf.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "2"}),
+    two = em.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "2"}),
                           key="k", attempt=0)
     assert two["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/gpu": "2"
     }
-    none = mf.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "0"}),
+    none = em.estimate_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_GPUS": "0"}),
                            key="k", attempt=0)
     assert "resources" not in none["spec"]["template"]["spec"]["containers"][0]
     cpu_spec = PowerAwareTrainingJobSpec.model_validate(
         {**SPEC.model_dump(by_alias=True), "compute": {"device": "cpu"}}
     )
-    on_cpu = mf.estimate_job(PATJ, cpu_spec, load_settings({}), key="k", attempt=0)
+    on_cpu = em.estimate_job(PATJ, cpu_spec, load_settings({}), key="k", attempt=0)
     assert "resources" not in on_cpu["spec"]["template"]["spec"]["containers"][0]
     assert _args(on_cpu)[_args(on_cpu).index("--device") + 1] == "cpu"
 
@@ -218,7 +261,7 @@ def test_jetson_pods_get_the_runtime_class_when_set() -> None:
                          gpu_frequency_hz=614400000, attempt=0, ckpt_dir="/c")
     for obj in (ds, train):
         assert obj["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
-    est = mf.estimate_job(PATJ, SPEC, settings, key="k", attempt=0)
+    est = em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0)
     assert "runtimeClassName" not in est["spec"]["template"]["spec"]
     default = mf.train_job(PATJ, SPEC, load_settings({"EDGETRAIN_OPERATOR_JETSON_RUNTIME_CLASS":
                                                       "none"}), node="n1", batch_size=16,
@@ -236,7 +279,7 @@ def test_pretrain_in_the_worker_uses_the_jobs_compute_choice() -> None:
             "compute": {"device": "cpu", "precision": "bf16"},
         }
     )
-    args = _args(mf.estimate_job(PATJ, spec, load_settings({}), key="k", attempt=0))
+    args = _args(em.estimate_job(PATJ, spec, load_settings({}), key="k", attempt=0))
     recipe = json.loads(args[args.index("--pretrain") + 1])
     assert recipe["device"] == "cpu" and recipe["precision"] == "bf16"
     assert recipe["dataset"] == "fashion-mnist" and recipe["model"] == "resnet8-w025"
@@ -257,7 +300,7 @@ def test_no_container_runs_a_shell_and_names_stay_one_argument() -> None:
     spec = SPEC.model_copy(update={"model": SPEC.model.model_copy(update={"weights": odd})})
     settings = load_settings({})
     objects = [
-        mf.estimate_job(PATJ, spec, settings, key="k", attempt=0),
+        em.estimate_job(PATJ, spec, settings, key="k", attempt=0),
         mf.profile_daemonset(PATJ, spec, settings, device_model="jetson-nano", node="n1",
                              l4t="36.4", key="k"),
         mf.train_job(PATJ, spec, settings, node="n1", batch_size=16,

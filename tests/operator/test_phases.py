@@ -61,6 +61,25 @@ def test_job_outcome() -> None:
     assert ph.job_outcome(failed, []).reason == "BackoffLimitExceeded"
 
 
+def test_an_indexed_job_is_done_when_every_completion_is() -> None:
+    indexed = {"spec": {"completions": 3, "completionMode": "Indexed"}}
+    running = {**indexed, "status": {"succeeded": 2, "active": 1}}
+    assert ph.job_outcome(running, []).state == "running"
+    assert not ph.job_finished(running)
+    done = {**indexed, "status": {"succeeded": 3}}
+    assert ph.job_outcome(done, []).state == "succeeded" and ph.job_finished(done)
+    complete = {**indexed, "status": {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]}}
+    assert ph.job_complete(complete)
+    # One pod failed after another succeeded: the failure is what the outcome says.
+    failed = {**indexed, "status": {"succeeded": 1, "failed": 1}}
+    assert ph.job_finished(failed)
+    earlier_ok = _pod(0)
+    earlier_ok["metadata"]["creationTimestamp"] = "a"
+    out = ph.job_outcome(failed, [earlier_ok, _pod(137, "OOMKilled")])
+    assert (out.state, out.exit_code, out.message) == ("failed", 137, "OOMKilled")
+
+
 def test_daemonset_failures_and_backoff() -> None:
     pod = {"status": {"containerStatuses": [{"restartCount": 2, "state": {"running": {}},
             "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}}]}}

@@ -15,6 +15,7 @@ from edgetrain.operator import world as wd
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
+from tests.cluster.fixtures import SERVERS
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
 
 
@@ -42,8 +43,10 @@ STATUSES = {
 
 
 @pytest.mark.parametrize("phase", list(STATUSES))
-def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
-                                              phase: str) -> None:
+def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, phase: str,
+                                              request: pytest.FixtureRequest) -> None:
+    if phase == "estimating":
+        request.getfixturevalue("vnodes")  # the session's GPU servers, Ready
     client = RecordingClient(kube.configuration)
     rec = Reconciler(client, load_settings({}))
     patj = {"metadata": {"name": "j", "namespace": namespace, "uid": "0123456789abcdef",
@@ -53,7 +56,14 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str,
                       estimators={(namespace, "k"): [wd.Producer("o", "job o")]})
     world = rec.world(patj, STATUSES[phase], SPEC, indexes)
     assert client.sent, "each phase reads at least its own objects or a cache entry"
-    for method, path in client.sent:
+    sent = list(client.sent)
+    if phase == "estimating":
+        # No estimate Job yet: the GPU servers, once, for the new Job's parallelism (the
+        # session's virtual servers advertise 8 nvidia.com/gpu each).
+        sent.remove(("GET", "/api/v1/nodes"))
+        assert [(s.name, s.allocatable_gpus) for s in world.servers] == [
+            (f"vn-gpu-server-{i}", 8) for i in range(SERVERS)]
+    for method, path in sent:
         assert method == "GET" and f"/namespaces/{namespace}/" in path, client.sent
     assert len(client.sent) <= 3, client.sent
     if phase in ("profiling", "selecting"):

@@ -11,6 +11,7 @@ def test_defaults() -> None:
     s = load_settings({})
     assert s.namespaces == [] and s.retry_limit == 3 and s.pin_frequency_in_pod is False
     assert s.server_selector == {"edgetrain.io/node-kind": "server"}
+    assert s.estimate_parallelism == 8
 
 
 def test_env_and_overrides() -> None:
@@ -34,6 +35,10 @@ def test_errors_name_the_variable() -> None:
         load_settings({"EDGETRAIN_OPERATOR_RETRY_LIMIT": "-1"})
     with pytest.raises(ValueError, match="k=v"):
         load_settings({"EDGETRAIN_OPERATOR_SERVER_SELECTOR": "gpu"})
+    with pytest.raises(ValueError, match="EDGETRAIN_OPERATOR_ESTIMATE_PARALLELISM"):
+        load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_PARALLELISM": "0"})
+    assert load_settings({"EDGETRAIN_OPERATOR_ESTIMATE_PARALLELISM": "3"}
+                         ).estimate_parallelism == 3
 
 
 @pytest.mark.parametrize(("name", "value"), [

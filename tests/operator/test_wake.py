@@ -10,7 +10,7 @@ from edgetrain.api.job_status import (
     PowerAwareTrainingJobStatus,
     ProfileStatus,
 )
-from edgetrain.operator import manifests as mf
+from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.reconcile import owned_by
 from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
@@ -68,9 +68,12 @@ def test_sleep_or_wake_returns_on_a_wake_and_collapses_repeats() -> None:
 
 def test_awaited_configmaps_per_phase() -> None:
     est = PowerAwareTrainingJobStatus(phase=Phase.estimating)
-    assert awaited_configmaps(est) == []  # the job has not named its vector yet
+    assert awaited_configmaps(est, "j") == []  # the job has not named its vector yet
     est.efficiency = EfficiencyStatus(config_map="eff-k", key="k", cached=False)
-    assert awaited_configmaps(est) == ["eff-k"]
+    # The vector, and the parts of the current attempt's Indexed Job (each part wakes it).
+    assert awaited_configmaps(est, "j") == ["eff-k", "j-estimate-0-parts"]
+    est.attempts.estimate = 2
+    assert awaited_configmaps(est, "j") == ["eff-k", "j-estimate-2-parts"]
     prof = PowerAwareTrainingJobStatus(
         phase=Phase.profiling,
         profiles=[
@@ -82,8 +85,8 @@ def test_awaited_configmaps_per_phase() -> None:
             ),
         ],
     )
-    assert awaited_configmaps(prof) == ["p-1", "p-2"]
-    assert awaited_configmaps(PowerAwareTrainingJobStatus(phase=Phase.training)) == []
+    assert awaited_configmaps(prof, "j") == ["p-1", "p-2"]
+    assert awaited_configmaps(PowerAwareTrainingJobStatus(phase=Phase.training), "j") == []
 
 
 def test_two_names_sharing_63_characters_have_distinct_keys() -> None:
@@ -92,7 +95,7 @@ def test_two_names_sharing_63_characters_have_distinct_keys() -> None:
     stem = "x" * 63
     a, b = ({"metadata": {"name": f"{stem}-{tail}", "namespace": "ns", "uid": uid}}
             for tail, uid in (("one", "uid-a"), ("two", "uid-b")))
-    job_a, job_b = (mf.estimate_job(p, SPEC, SETTINGS, key="k", attempt=0, inject=None,
+    job_a, job_b = (em.estimate_job(p, SPEC, SETTINGS, key="k", attempt=0, inject=None,
                                     hold_release=None) for p in (a, b))
     assert (job_a["metadata"]["labels"]["edgetrain.io/job"]
             == job_b["metadata"]["labels"]["edgetrain.io/job"])  # what the old key was

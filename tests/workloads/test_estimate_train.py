@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from edgetrain.api import read_efficiency
+from edgetrain.api.efficiency import EfficiencyPart, median_samples
+from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.training import LrScaling, OptimizerSpec
-from edgetrain.workloads.estimate import median_samples
+from edgetrain.operator.estimate_parts import parts_verdict
 from edgetrain.workloads.training import load_task, sample_indices
 from tests.helpers import run_edgetrain
 
@@ -60,23 +62,33 @@ def test_text_task_windows_predict_the_next_character() -> None:
     assert (task.x_train[0, 1:] == task.y_train[0, :-1]).all()
 
 
+ESTIMATE = [
+    "estimate",
+    *SMALL,
+    "--batch-sizes",
+    "8,64",
+    "--target-accuracy",
+    "0.6",
+    "--sample-budget",
+    "4000",
+    "--eval-interval",
+    "128",
+    "--json-progress",
+]
+
+
 def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
-    out = tmp_path / "eff.json"
-    proc = run_edgetrain(
-        "estimate",
-        *SMALL,
-        "--batch-sizes",
-        "8,64",
-        "--target-accuracy",
-        "0.6",
-        "--sample-budget",
-        "4000",
-        "--eval-interval",
-        "128",
-        "-o",
-        str(out),
-        "--json-progress",
+    """One process trains every batch size; as a pod of the operator's Indexed Job, a process
+    trains one run (here run 1, b=64) and writes its part: the same samples, and merged with
+    the other run's part, the same vector."""
+    out, part_file = tmp_path / "eff.json", tmp_path / "part-1.json"
+    # The run of the Indexed Job, side by side with the single estimate.
+    run = subprocess.Popen(
+        [sys.executable, "-m", "edgetrain", *ESTIMATE, "--run-index", "1",
+         "--part-of", "key/uid", "-o", str(part_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    proc = run_edgetrain(*ESTIMATE, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events[-1]["event"] == "result"
@@ -85,6 +97,31 @@ def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
     assert vector.batch_sizes == [8, 64]
     assert all(s is not None for s in vector.samples_to_accuracy)
     assert vector.r[0] != vector.r[1]  # batch sizes differ in samples to accuracy
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
+    part = EfficiencyPart.model_validate_json(part_file.read_text())
+    assert (part.index, part.batch_size, part.seed, part.tag) == (1, 64, 0, "key/uid")
+    assert part.samples_to_accuracy == vector.samples_to_accuracy[1]  # each run seeds itself
+    b8 = vector.samples_to_accuracy[0]
+    assert b8 is not None
+    first = part.model_copy(update={"index": 0, "batch_size": 8, "samples_to_accuracy": int(b8)})
+    spec = PowerAwareTrainingJobSpec.model_validate({
+        "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
+        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64]})
+    verdict = parts_verdict({"part-0.json": first.model_dump_json(),
+                             "part-1.json": part_file.read_text()},
+                            tag="key/uid", spec=spec, job_state="succeeded")
+    assert verdict.vector == vector  # samples, r, device and precision
+
+
+def test_one_run_of_an_estimate_is_checked_before_training(tmp_path: Path) -> None:
+    out = str(tmp_path / "part.json")
+    beyond = run_edgetrain(*ESTIMATE, "--run-index", "2", "--part-of", "k/u", "-o", out)
+    assert beyond.returncode == 2 and "--run-index 2 is out of range" in beyond.stderr
+    assert "runs 0 to 1" in beyond.stderr
+    alone = run_edgetrain(*ESTIMATE, "--run-index", "0", "-o", out)
+    assert alone.returncode == 2 and "--run-index and --part-of go together" in alone.stderr
+    assert not Path(out).exists()
 
 
 def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
