@@ -24,3 +24,7 @@ WORKER_CACHE_ENV = {
     "MPLCONFIGDIR": f"{WORKER_TMP}/matplotlib",
     "TORCH_HOME": f"{WORKER_TMP}/torch",
 }
+
+# The operator's default checkpoint root: storage every candidate node shares, writable by the
+# worker UID (a PVC gets there through fsGroup; a virtual node's host directory is prepared).
+DEFAULT_CHECKPOINT_DIR = "/var/lib/edgetrain/checkpoints"

@@ -5,6 +5,7 @@ pod_status.py for the parts)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from edgetrain.api.pod_security import WORKER_GID, WORKER_UID
 from edgetrain.cluster.node import LOOPBACK, VirtualNode
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.pki import Pki
@@ -21,6 +23,16 @@ from edgetrain.cluster.twin import TwinFactory, default_twin_factory
 from edgetrain.kube import KubeClient, api_path, node_schedulable, now_rfc3339, wait_for_stop_signal
 
 log = logging.getLogger("edgetrain.vnode")
+
+
+def prepare_shared_dir(path: Path, uid: int = WORKER_UID, gid: int = WORKER_GID) -> None:
+    """A host directory every virtual node's pods share (the operator's checkpoint root: the
+    storage a PVC would be elsewhere), owned by the worker UID as fsGroup makes a volume:
+    pods running as it create their folders there. Idempotent; as non-root, only created."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, uid, gid)
+        path.chmod(0o2770)
 
 LEASE_RENEW_S = 10.0
 STATUS_REPORT_S = 60.0
