@@ -289,8 +289,12 @@ def vnodes(
         try:
             prepare_shared_dir(path)
         except OSError as exc:
-            err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
-            raise typer.Exit(2) from exc
+            if shared_dir:
+                err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
+                raise typer.Exit(2) from exc
+            # Not root: training pods then need a checkpoint PVC or another writable root.
+            err.print(f"[yellow]checkpoint root {path} not prepared ({exc.strerror or exc});"
+                      " pass --shared-dir[/yellow]")
     agent = VNodeAgent(
         client, specs, (work_dir or Path.home() / ".cache" / "edgetrain" / "vnodes").resolve(),
         restart_backoff_s=restart_backoff_s, delete_nodes_on_stop=not keep_nodes,
