@@ -285,20 +285,17 @@ def vnodes(
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     specs = node_specs(_counts(jetson), server, prefix)
-    for path in shared_dir or [Path(DEFAULT_CHECKPOINT_DIR)]:
+    for path in shared_dir or []:
         try:
             prepare_shared_dir(path)
         except OSError as exc:
-            if shared_dir:
-                err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
-                raise typer.Exit(2) from exc
-            # Not root: training pods then need a checkpoint PVC or another writable root.
-            err.print(f"[yellow]checkpoint root {path} not prepared ({exc.strerror or exc});"
-                      " pass --shared-dir[/yellow]")
+            err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
+            raise typer.Exit(2) from exc
     agent = VNodeAgent(
         client, specs, (work_dir or Path.home() / ".cache" / "edgetrain" / "vnodes").resolve(),
         restart_backoff_s=restart_backoff_s, delete_nodes_on_stop=not keep_nodes,
         cluster_ca=Pki(cluster_pki) if cluster_pki is not None else None,
+        shared_dirs=shared_dir or (Path(DEFAULT_CHECKPOINT_DIR),),
     )
     try:
         agent.start()

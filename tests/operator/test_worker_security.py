@@ -79,18 +79,15 @@ def test_restrict_is_idempotent_and_keeps_what_the_pod_sets() -> None:
     assert [v["name"] for v in once["volumes"]].count("tmp") == 1
 
 
-@pytest.fixture
-def restricted_ns(kube: KubeClient, namespace: str) -> str:
-    kube.patch(api_path("v1", "namespaces", name=namespace),
-               {"metadata": {"labels": {LABEL_POD_SECURITY_ENFORCE: POD_SECURITY_RESTRICTED}}})
-    return namespace
-
-
 @pytest.mark.cluster
-def test_pod_security_admits_every_worker_pod(kube: KubeClient, restricted_ns: str) -> None:
-    """The API server's Pod Security admission, in a namespace that enforces `restricted`,
-    admits each worker pod template (dry run: nothing is scheduled) and refuses the same pod
-    without its securityContext, so the check can fail."""
+def test_pod_security_admits_every_worker_pod(kube: KubeClient, namespace: str) -> None:
+    """The API server's Pod Security admission, in a namespace that enforces `restricted`
+    (every namespace of the operator's tests does: conftest.py), admits each worker pod
+    template (dry run: nothing is scheduled) and refuses the same pod without its
+    securityContext, so the check can fail."""
+    labels = kube.get(api_path("v1", "namespaces", name=namespace))["metadata"]["labels"]
+    assert labels[LABEL_POD_SECURITY_ENFORCE] == POD_SECURITY_RESTRICTED
+    restricted_ns = namespace
     for phase, build in BUILDERS.items():
         obj = build(load_settings({}))
         pod = {"apiVersion": "v1", "kind": "Pod",
