@@ -16,7 +16,7 @@ from edgetrain.kube import Obj
 TMP_VOLUME = "tmp"
 
 
-def jetson_runtime(runtime_class: str | None) -> dict[str, str]:
+def jetson_runtime(runtime_class: str | None) -> Obj:
     """Jetsons reach their GPU through the NVIDIA container runtime, not the device plugin."""
     return {"runtimeClassName": runtime_class} if runtime_class else {}
 
