@@ -24,6 +24,9 @@ from edgetrain.kube import KubeClient, api_path, node_schedulable, now_rfc3339, 
 
 log = logging.getLogger("edgetrain.vnode")
 
+LEASE_RENEW_S = 10.0
+STATUS_REPORT_S = 60.0
+
 
 def prepare_shared_dir(path: Path, uid: int = WORKER_UID, gid: int = WORKER_GID) -> None:
     """A host directory every virtual node's pods share (the operator's checkpoint root: the
@@ -33,9 +36,6 @@ def prepare_shared_dir(path: Path, uid: int = WORKER_UID, gid: int = WORKER_GID)
     if os.geteuid() == 0:
         os.chown(path, uid, gid)
         path.chmod(0o2770)
-
-LEASE_RENEW_S = 10.0
-STATUS_REPORT_S = 60.0
 
 
 @dataclass
