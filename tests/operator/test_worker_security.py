@@ -19,6 +19,7 @@ from edgetrain.api.pod_security import (
     WORKER_UID,
 )
 from edgetrain.cluster import KubeApiError, KubeClient, api_path
+from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.settings import OperatorSettings, load_settings
 from edgetrain.operator.worker_security import restrict
@@ -26,7 +27,7 @@ from tests.operator.test_manifests import PATJ, SPEC
 
 Builder = Callable[[OperatorSettings], dict[str, Any]]
 BUILDERS: dict[str, Builder] = {
-    "estimate": lambda s: mf.estimate_job(PATJ, SPEC, s, key="k1", attempt=0),
+    "estimate": lambda s: em.estimate_job(PATJ, SPEC, s, key="k1", attempt=0),
     "profile": lambda s: mf.profile_daemonset(PATJ, SPEC, s, device_model="jetson-nano",
                                               node="n1", l4t="32.7.1", key="pk"),
     "train": lambda s: mf.train_job(PATJ, SPEC, s, node="n1", batch_size=16,
