@@ -61,7 +61,7 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     # The block pauses after its `kubectl apply` while the operator's container is SIGKILLed on
     # the real node (a fault the kubelet itself recovers: same pod, restartCount 1); the rest of
     # the block then runs in a new shell, with the block's own `source` and `export` lines.
-    apply = "kubectl apply -f examples/patj-digits.yaml"
+    apply = next(line for line in body.splitlines() if line.startswith("kubectl apply "))
     head, tail = body.split(apply + "\n", 1)
     env_lines = "\n".join(line for line in head.splitlines()
                            if line.startswith(("source ", "export KUBECONFIG=")))
