@@ -28,7 +28,6 @@ from edgetrain.operator.phases import unix_seconds
 from tests.faults.causes import blocked_workers, said_at
 from tests.faults.conftest import (
     CHECKPOINT_INTERVAL,
-    JOB,
     LEASE,
     SUMMARY,
     FaultRecord,
@@ -45,7 +44,7 @@ from tests.operator.budgets import (
     site_options,
     training_with_samples,
 )
-from tests.operator.conftest import job_manifest, patj_path, seed_efficiency
+from tests.operator.conftest import patj_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # A takeover waits for the Lease to expire on the standby's clock (lease duration after the
@@ -407,9 +406,9 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
     passes the cap (after the lowering it only falls until it is within the new cap)."""
     site = f"{fleet.pool}-site"
     names = ["site-1", "site-2", "site-3"]
-    # Two batch sizes: points between the cheapest and the 5 W limit to re-plan between.
-    spec = {"batchSizes": [16, 64], "placement": {"nodeSelector": {"edgetrain.io/site": site}}}
-    seed_efficiency(fleet.kube, fleet.ns, job_manifest("any", **{**JOB, **spec})["spec"])
+    spec = {"placement": {"nodeSelector": {"edgetrain.io/site": site}}}
+    # JOB's efficiency vector and Nano profile: two points (307 and 922 MHz) under 5 W.
+    fleet.warm_caches()
     fleet.add_nanos("site", 3, agents=True)
     create_budget(fleet.kube, site, {"edgetrain.io/site": site}, SITE_CAP_W)
     try:
