@@ -72,9 +72,10 @@ def blocked_workers(fleet: Fleet) -> Iterator[list[Case]]:
         Case("blk-quota", "QuotaExceeded", ("exceeded quota", "no-gpus", "nvidia.com/gpu"),
              "ResourceQuota no-gpus: requests.nvidia.com/gpu 0; the estimate asks for 1",
              {"targetAccuracy": 0.55}),  # its own efficiency vector: an estimate runs
-        Case("blk-no-node", "Unschedulable", ("untolerated taint", TAINT["key"]),
+        Case("blk-no-node", "Unschedulable", ("untolerated taint",),
              f"the one node of its placement is tainted {TAINT['key']}:NoSchedule"),
-        Case("blk-image", "ImagePull", ("ErrImagePull", "no such host"),
+        # ErrImagePull or ImagePullBackOff, whichever the deadline meets: the worker image named.
+        Case("blk-image", "ImagePull", ("/trainer:",),
              "the one node of its placement cannot reach its registry"),
     ]
     vap = api_path(ADMISSION, "validatingadmissionpolicies", name=policy)
