@@ -440,7 +440,7 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
                 assert "PowerLimitChanged" in fleet.reasons(name), (name, fleet.reasons(name))
             fleet.create(names[2], **spec)
             waiting = fleet.wait(names[2], lambda s: s.get("phase") not in (
-                "Pending", "EstimatingEfficiency", "Profiling", "Selecting"), "waiting")
+                None, "Pending", "EstimatingEfficiency", "Profiling", "Selecting"), "waiting")
             assert waiting["phase"] == "WaitingForPower", waiting  # the two hold its power
             assert f"PowerBudget {site}" in waiting["message"], waiting
             for name in names[:2]:
