@@ -391,6 +391,10 @@ def test_a_worker_that_cannot_start_says_why_then_fails(fleet: Fleet) -> None:
                 assert words in final["message"], (words, final["message"])
             assert rec.recover_s is not None and rec.recover_s <= SAY_WHY_S, (
                 rec, final.get("conditions"), fleet.events(case.job))
+            # Its worker is gone: lifting the cause (below) must not start a failed job's pod.
+            wait_until(lambda j=case.job: not fleet.objects("batch/v1", "jobs",
+                                                            f"edgetrain.io/job={j}"),
+                       30, f"{case.job}'s worker deleted", interval_s=0.5)
 
 
 SITE_CAP_W = 9.0
