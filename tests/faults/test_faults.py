@@ -449,7 +449,9 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
             assert f"PowerBudget {site}" in waiting["message"], waiting
             for name in names[:2]:
                 fleet.release_hold(name, "train")
-            finals = {n: fleet.wait_done(n) for n in names}
+            # A busy machine trains slowly (and its profile, measured starved, reads low, so
+            # the node agents' guard may step the GPU down under the share): no hurry here.
+            finals = {n: fleet.wait_done(n, timeout_s=900) for n in names}
         assert all(f["phase"] == "Succeeded" for f in finals.values()), finals
         assert watch.samples and not watch.over_cap(), watch.over_cap()[:5]
         assert max(p for _t, _cap, p, _ in watch.samples) <= SITE_CAP_W + 1e-6
