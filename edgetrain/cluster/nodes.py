@@ -93,6 +93,9 @@ class AgentSettings(Protocol):
     def cluster_ca(self) -> Pki | None: ...
 
     @property
+    def registry_reachable(self) -> bool: ...
+
+    @property
     def stop_event(self) -> threading.Event: ...
 
     @property

@@ -264,6 +264,9 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
 
     def _start(self, c: Container) -> None:
         spec = c.spec
+        if not self.node.agent.registry_reachable:
+            self._pull_failed(c)
+            return
         paths = PathMap.for_container(self.root, spec)
         try:
             env = self._env(spec)
@@ -323,6 +326,22 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
             current.symlink_to(c.log_path)
         c.started_at = now_rfc3339()
         c.waiting_reason, c.waiting_message = "", ""
+
+    def _pull_failed(self, c: Container) -> None:
+        """The image cannot be pulled: ErrImagePull, then ImagePullBackOff until the next try,
+        with the kubelet's words (images are never pulled here; the node plays one that cannot
+        reach its registry)."""
+        image = str(c.spec.get("image", ""))
+        if c.waiting_reason == "ErrImagePull":
+            c.waiting_reason, c.waiting_message = "ImagePullBackOff", (
+                f'Back-off pulling image "{image}"')
+        else:
+            registry = image.split("/", 1)[0] if "/" in image else "docker.io"
+            c.waiting_reason, c.waiting_message = "ErrImagePull", (
+                f'failed to pull and unpack image "{image}": failed to resolve reference:'
+                f" dial tcp: lookup {registry}: no such host (simulated: the virtual node"
+                " cannot reach its registry)")
+        c.next_start_s = time.monotonic() + self.node.agent.restart_backoff_s
 
     def container_log(self, container: str, previous: bool) -> ContainerLog | str:
         """The current (or previous) run's log of one container, for `kubectl logs`."""

@@ -50,6 +50,9 @@ class VNodeAgent:
     restart_backoff_s: float = 10.0  # kubelet: 10 s doubling up to 5 min
     max_backoff_s: float = 300.0
     delete_nodes_on_stop: bool = True
+    # False: a node cut off from its registry with no image cached (an edge fault): every
+    # container waits in ErrImagePull / ImagePullBackOff, as a kubelet's would.
+    registry_reachable: bool = True
     # The cluster's CA: kubelet serving certs are signed with it and only API-server client
     # certs it signed may read logs. None (a foreign cluster): self-signed, any TLS client.
     cluster_ca: Pki | None = None

@@ -220,6 +220,10 @@ class _Step:
                          or self.settings.unschedulable_grace_s)
         waited = None if blocked.since_s is None else world.now_s - blocked.since_s
         if waited is not None and waited >= deadline:
+            if name:  # its controller would go on trying, and start a pod once the cause is gone
+                ds = name in world.daemonsets
+                self.act(Delete("apps/v1" if ds else "batch/v1", "daemonsets" if ds else "jobs",
+                                self.ns, name))
             self.go(Phase.failed, blocked.cause,
                     f"{message} (for {waited:.0f} s; spec.workerStartDeadlineSeconds is"
                     f" {deadline:g} s)")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
-from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log
+from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log, node_specs
 from tests.cluster.fixtures import JETSON_COUNTS, SERVERS
 
 Obj = dict[str, Any]
@@ -323,3 +324,40 @@ def test_init_container_and_in_cluster_service_account(vnodes: VNodeAgent, kube:
     assert out == ["prepared", f"system:serviceaccount:{namespace}:default", namespace]
     init = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
     assert init["exitCode"] == 0
+
+
+def test_a_node_without_its_registry_never_starts_a_container(
+        vnodes: VNodeAgent, kube: KubeClient, namespace: str, tmp_path: Path) -> None:
+    """`registry_reachable=False` (an edge node cut off from its registry): the pod stays
+    Pending, its container in ErrImagePull then ImagePullBackOff naming the image, and the
+    command never runs."""
+    agent = VNodeAgent(kube, node_specs({}, 1, prefix=f"noreg{namespace[-5:]}"),
+                       tmp_path / "vn", restart_backoff_s=0.5, registry_reachable=False)
+    agent.start()
+    try:
+        agent.wait_ready()
+        node = agent.nodes[0]
+        image = "registry.example/edgetrain/trainer:1.0"
+        kube.create(api_path("v1", "pods", namespace), {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nopull"},
+            "spec": {"restartPolicy": "Never", "nodeName": node.name, "containers": [
+                {"name": "main", "image": image,
+                 "command": [PY, "-c", "open('ran', 'w').write('ran')"]}]}})
+        seen: set[str] = set()
+
+        def waiting(pod: Obj) -> bool:
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                state = (cs.get("state") or {}).get("waiting") or {}
+                if state.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    assert image in state["message"], state
+                    if state["reason"] == "ErrImagePull":
+                        assert "lookup registry.example: no such host" in state["message"]
+                    seen.add(state["reason"])
+            return seen == {"ErrImagePull", "ImagePullBackOff"}
+
+        pod = kube.wait_for(api_path("v1", "pods", namespace, "nopull"), waiting,
+                            timeout_s=60, interval_s=0.1, what="ErrImagePull, ImagePullBackOff")
+        assert pod["status"]["phase"] == "Pending"
+        assert not list(node.dir.glob("pods/*/root/ran"))
+    finally:
+        agent.stop()

@@ -24,8 +24,9 @@ from edgetrain.cluster.controlplane import free_ports
 from edgetrain.cluster.nodes import node_specs
 from edgetrain.device import GpuDevfreq
 from edgetrain.operator.manifests import release_configmap_name
+from tests.node_agent.helpers import wait_until
 from tests.observability.test_chart import CHART, helm
-from tests.operator.conftest import job_manifest, patj_path
+from tests.operator.conftest import job_manifest, patj_path, seed_efficiency
 
 POOL_NODES = 3
 # The operator replicas run on two virtual servers of their own, one each: pods of a virtual
@@ -39,8 +40,8 @@ JOB = {"dataset": {"name": "mnist", "limit": 3000},
 CHECKPOINT_INTERVAL = 256  # the trainer checkpoints at every evaluation
 # A job's phases in order: a wait for one accepts any later one (it may have passed while the
 # test looked elsewhere); Failed counts as later than all, so the caller's assertion says why.
-PHASES = ("Pending", "EstimatingEfficiency", "Profiling", "Selecting", "Training", "Succeeded",
-          "Failed")
+PHASES = ("Pending", "EstimatingEfficiency", "Profiling", "Selecting", "WaitingForPower",
+          "Training", "Succeeded", "Failed")
 
 
 @dataclass
@@ -74,19 +75,21 @@ class Fleet:
     pool: str
     agents: dict[str, VNodeAgent]  # the Jetson pool
     op_agents: dict[str, VNodeAgent]  # where the operator replicas run
+    work: Path = Path()
     release: str = "faults"
     started: float = field(default_factory=time.monotonic)
     stopped: set[str] = field(default_factory=set)  # pool nodes a test powered off
     held: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job → phases held
+    extra: dict[str, VNodeAgent] = field(default_factory=dict)  # add_nanos' agents by label
 
     # --- jobs ---
 
     def create(self, name: str, hold: tuple[str, ...] = (), **spec: Any) -> str:
-        """Create a job; `hold` phases (estimate, train) pause at their first progress line
-        until `release_hold` (the operator's fault injection)."""
-        manifest = job_manifest(name, placement={"nodeSelector": {"edgetrain.io/pool":
-                                                                   self.pool}},
-                                **{**JOB, **spec})
+        """Create a job of JOB on the pool, `spec` overriding; `hold` phases (estimate, train)
+        pause at their first progress line until `release_hold` (the operator's fault
+        injection)."""
+        manifest = job_manifest(name, **{"placement": {"nodeSelector": {
+            "edgetrain.io/pool": self.pool}}, **JOB, **spec})
         if hold:
             manifest["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: ",".join(hold)}
         self.held[name] = hold
@@ -158,14 +161,29 @@ class Fleet:
                          and (s.get("training") or {}).get("samples", 0) > 0,
                          "training held at its first checkpoint", timeout_s)
 
+    def warm_caches(self) -> None:
+        """The efficiency vector and Nano profile of JOB in the namespace's caches, so a new
+        job of JOB goes straight to training: the walk's, or, when a test runs without the
+        walk, a seeded vector and the profile of a job of its own (left to finish)."""
+        if self.objects("v1", "configmaps", "edgetrain.io/cache=profile"):
+            return
+        manifest = job_manifest("warmup", **JOB)
+        seed_efficiency(self.kube, self.ns, manifest["spec"], (2048.0,))  # tested elsewhere
+        self.create("warmup")  # it trains on in the pool and Succeeds (test_no_job_lost…)
+        wait_until(lambda: self.objects("v1", "configmaps", "edgetrain.io/cache=profile"),
+                   600, "the warm-up's profile", interval_s=0.5)
+
     def objects(self, api_version: str, plural: str, selector: str) -> list[dict[str, Any]]:
         return list(self.kube.get(api_path(api_version, plural, self.ns),
                                   labelSelector=selector)["items"])
 
-    def reasons(self, name: str) -> list[str]:
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The Events on one object of the namespace."""
         items = self.kube.get(api_path("v1", "events", self.ns))["items"]
-        return [e["reason"] for e in items if e["involvedObject"].get("name") == name
-                for _ in range(int(e.get("count") or 1))]
+        return [e for e in items if e["involvedObject"].get("name") == name]
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events(name) for _ in range(int(e.get("count") or 1))]
 
     def resumed_from(self, name: str) -> int:
         """Where the last training segment started (the trainer's result, via the worker)."""
@@ -228,6 +246,38 @@ class Fleet:
     def pool_nodes(self) -> list[str]:
         return sorted(self.agents)
 
+    def add_nanos(self, label: str, count: int = 1, agents: bool = False, **settings: Any
+                  ) -> list[str]:
+        """More Nanos outside the pool, labelled edgetrain.io/site=<pool>-<label> for a job's
+        placement or a budget; their names. `agents`: in the pool's node-agent DaemonSet too.
+        `settings`: VNodeAgent's (registry_reachable=False: they cannot pull images)."""
+        specs = node_specs({"jetson-nano": count}, prefix=f"{self.pool}-{label}")
+        vn = VNodeAgent(self.kube, specs, self.work / label, restart_backoff_s=0.5,
+                        max_backoff_s=2.0, cluster_ca=self.cluster.pki, **settings)
+        self.extra[label] = vn.start()
+        vn.wait_ready()
+        labels = {"edgetrain.io/site": f"{self.pool}-{label}",
+                  **({"edgetrain.io/pool": self.pool} if agents else {})}
+        for spec in specs:
+            self.kube.patch(api_path("v1", "nodes", name=spec.name),
+                            {"metadata": {"labels": labels}})
+        return [spec.name for spec in specs]
+
+    def remove_extra(self) -> None:
+        """Stop the nodes `add_nanos` made, delete their Nodes and their pods (no kubelet is
+        left to confirm a deletion)."""
+        for label in list(self.extra):
+            vn = self.extra.pop(label)
+            vn.stop()
+            for node in vn.specs:
+                for pod_ns in (self.ns, self.agent_ns):
+                    for pod in self.kube.get(api_path("v1", "pods", pod_ns),
+                                             fieldSelector=f"spec.nodeName={node.name}")["items"]:
+                        self.kube.delete_ignore_missing(
+                            api_path("v1", "pods", pod_ns, pod["metadata"]["name"]),
+                            {"apiVersion": "v1", "kind": "DeleteOptions",
+                             "gracePeriodSeconds": 0})
+
     @property
     def agent_ns(self) -> str:
         """The node agents' namespace, which the chart creates (Pod Security `privileged`)."""
@@ -285,7 +335,7 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         (agents if jetson else op_agents)[agent.specs[0].name] = agent.start()
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": ns}})
-    fl = Fleet(kube, cluster, vnodes, ns, pool, agents, op_agents)
+    fl = Fleet(kube, cluster, vnodes, ns, pool, agents, op_agents, work=work)
     try:
         for name, agent in {**agents, **op_agents}.items():
             agent.wait_ready()
@@ -325,6 +375,7 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
     finally:
         # A powered-off node never confirms its pods' deletion, so the uninstall would wait out
         # its timeout for them: its Node goes first and its pods are removed without a kubelet.
+        fl.remove_extra()
         for name in fl.stopped:
             kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
             for pod_ns in (ns, fl.agent_ns):

@@ -404,6 +404,8 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       ("create", "jobs.batch"), ("create", "daemonsets.apps"),
                       ("create", "configmaps"), ("list", "nodes"), ("get", "serviceaccounts"),
                       ("patch", "pods"), ("create", "events"),
+                      # a worker refused at admission: its Job's FailedCreate Events
+                      ("list", "events"),
                       # the operator's indexes: label-filtered watches instead of per-tick lists
                       ("watch", "nodes"), ("watch", "configmaps"), ("watch", "jobs.batch"),
                       ("watch", "daemonsets.apps"),

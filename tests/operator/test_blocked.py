@@ -107,6 +107,8 @@ def test_the_deadline_fails_the_job_with_the_reason() -> None:
     assert got.status.phase is Phase.failed and got.status.reason == "QuotaExceeded"
     assert "exceeded quota" in got.status.message
     assert "workerStartDeadlineSeconds is 5 s" in got.status.message
+    # The refused Job goes: its controller would start a pod once the quota allows it.
+    assert "delete jobs j-estimate-0" in kinds(got)
     # Within the deadline it waits (the operator's grace applies when the spec sets none).
     spec = SPEC.model_copy(update={"worker_start_deadline_seconds": 60})
     got = dc.decide(spec, status(Phase.estimating, efficiency=EFF),

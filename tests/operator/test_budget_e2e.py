@@ -15,19 +15,16 @@ import contextlib
 import datetime as dt
 import itertools
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import httpx
 import pytest
 
 from edgetrain.api.budget import BUDGET_PLURAL
-from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
-from edgetrain.api.profile import parse_profile_csv
 from edgetrain.cluster import (
     KubeApiError,
     KubeClient,
@@ -38,9 +35,16 @@ from edgetrain.cluster import (
 )
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.operator.manifests import release_configmap_name
-from edgetrain.planner.budget import JobOptions, job_options
-from edgetrain.planner.lut import Lut
 from tests.node_agent.helpers import sample_value, wait_until
+from tests.operator.budgets import (
+    BudgetWatch,
+    Sampler,
+    create_budget,
+    get_budget,
+    set_cap,
+    site_options,
+    training_with_samples,
+)
 from tests.operator.conftest import (
     GROUP_VERSION,
     OperatorProcess,
@@ -52,59 +56,6 @@ from tests.operator.test_e2e import LONGER, _events, _wait_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 CAP_W = 9.0
-
-
-
-class Sampler:
-    """Calls `sample` every 0.2 s in a thread while the `with` block runs."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.sample()
-
-    def sample(self) -> None:
-        raise NotImplementedError
-
-class Watch(Sampler):
-    """Samples the budget's status and the jobs' plans every 0.2 s in a thread."""
-
-    def __init__(self, kube: KubeClient, budget: str, namespace: str, names: list[str]) -> None:
-        super().__init__()
-        self.kube, self.budget, self.namespace, self.names = kube, budget, namespace, names
-        self.samples: list[tuple[float, float, float]] = []  # (cap, planned, Σ training plans)
-
-    def sample(self) -> None:
-        try:
-            st = self.kube.get(api_path(GROUP_VERSION, BUDGET_PLURAL,
-                                        name=self.budget)).get("status") or {}
-            items = self.kube.get(patj_path(self.namespace))["items"]
-        except KubeApiError:
-            return
-        plans = sum((o.get("status", {}).get("selection") or {}).get("powerWatts", 0.0)
-                    for o in items if o.get("status", {}).get("phase") == "Training")
-        if st.get("plannedWatts") is not None:
-            self.samples.append((st["capWatts"], st["plannedWatts"], plans))
-
-
-def _budget(kube: KubeClient, name: str) -> dict[str, Any]:
-    return kube.get(api_path(GROUP_VERSION, BUDGET_PLURAL, name=name))
-
-
-def _set_cap(kube: KubeClient, name: str, watts: float) -> None:
-    kube.patch(api_path(GROUP_VERSION, BUDGET_PLURAL, name=name),
-               {"spec": {"capWatts": watts}})
 
 
 def _wait_plans(kube: KubeClient, namespace: str, names: list[str], ok: Any, what: str,
@@ -131,16 +82,12 @@ def site(kube: KubeClient, namespace: str, tmp_path: Path) -> Iterator[tuple[str
     agent = VNodeAgent(kube, node_specs({"jetson-nano": 3}, prefix=name), tmp_path / "vn",
                        restart_backoff_s=0.5, max_backoff_s=2.0)
     agent.start()
-    path = api_path(GROUP_VERSION, BUDGET_PLURAL)
     try:
         agent.wait_ready()
         for node in agent.nodes:
             kube.patch(api_path("v1", "nodes", name=node.name),
                        {"metadata": {"labels": {"edgetrain.io/site": name}}})
-        kube.create(path, {"apiVersion": GROUP_VERSION, "kind": "PowerBudget",
-                           "metadata": {"name": name},
-                           "spec": {"nodeSelector": {"matchLabels": {"edgetrain.io/site": name}},
-                                    "capWatts": CAP_W}})
+        create_budget(kube, name, {"edgetrain.io/site": name}, CAP_W)
         yield name, agent
     finally:
         with contextlib.suppress(KubeApiError):
@@ -164,8 +111,8 @@ def test_three_jobs_share_a_nine_watt_site(
     for body in manifests:
         body["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: "train"}
     seed_efficiency(kube, namespace, manifests[0]["spec"])  # the estimate is tested elsewhere
-    training = _training_with_samples
-    with Watch(kube, budget, namespace, names) as watch:
+    training = training_with_samples
+    with BudgetWatch(kube, budget, namespace) as watch:
         for body in manifests:
             kube.create(patj_path(namespace), body)
             time.sleep(0.3)  # arrival order b1, b2, b3
@@ -175,15 +122,15 @@ def test_three_jobs_share_a_nine_watt_site(
                                 operator, timeout_s=420) for n in names[:2]}
         third = _wait_status(kube, namespace, "b3", lambda s: training(s) or s.get("phase")
                              == "WaitingForPower", "b3 trains or waits", operator)["status"]
-        st = _budget(kube, budget)["status"]
+        st = get_budget(kube, budget)["status"]
         assert st["plannedWatts"] <= CAP_W + 1e-6, st
         if third["phase"] == "WaitingForPower":
             assert f"PowerBudget {budget}" in third["message"], third
-        options = _options(kube, namespace, objs["b1"]["status"])
+        options = site_options(kube, namespace, objs["b1"]["status"], "b1")
         p_min = options.min_power_w
         # 2. A cap over what the three ask for on their own (5 W each): all train, faster
         # than at their cheapest points.
-        _set_cap(kube, budget, 3 * 5.0 + st["idleWatts"] + 1.0)
+        set_cap(kube, budget, 3 * 5.0 + st["idleWatts"] + 1.0)
         # A job's board draw is never below its node's idle draw; a profile point measured
         # on a starved CPU can read below it (simulated), and a cap under the site's idle
         # draw is refused (CapBelowIdle): the caps below never go under it.
@@ -197,7 +144,7 @@ def test_three_jobs_share_a_nine_watt_site(
         nodes = {o["status"]["selection"]["node"] for o in objs.values()}
         assert len(nodes) == 3, objs  # one job per node
         # 3. A cap that fits all three at their cheapest points only: they re-plan down.
-        _set_cap(kube, budget, round(cheapest, 3))
+        set_cap(kube, budget, round(cheapest, 3))
         for n in names:
             _wait_status(kube, namespace, n,
                          lambda s: s.get("phase") == "Training"
@@ -207,7 +154,7 @@ def test_three_jobs_share_a_nine_watt_site(
             if raised[n] > p_min + 0.05:
                 assert "PowerLimitChanged" in [r for r, _ in _events(kube, namespace, n)], n
         # 4. A cap that fits two: the youngest waits, naming the budget (b1, b2 are held).
-        _set_cap(kube, budget, round(max(2 * p_min + idle_per_node, site_idle_w) + 0.05, 3))
+        set_cap(kube, budget, round(max(2 * p_min + idle_per_node, site_idle_w) + 0.05, 3))
         waiting = _wait_status(kube, namespace, "b3",
                                lambda s: s.get("phase") == "WaitingForPower",
                                "b3 waits for power", operator, timeout_s=240)["status"]
@@ -226,34 +173,15 @@ def test_three_jobs_share_a_nine_watt_site(
     # The planned draw never passed the highest cap so far: after a lowered cap it still counts
     # what running jobs draw until they re-plan (written with the cap), and the jobs' plans
     # stayed under 9 W while the first cap held.
-    highest, over = 0.0, []
-    for cap, planned, _ in watch.samples:
-        highest = max(highest, cap)
-        if planned > highest + 1e-6:
-            over.append((cap, planned))
+    over = watch.over_cap()
     assert not over, over[:5]
-    first = [p for cap, _planned, p in watch.samples if cap == CAP_W]
+    first = [p for _t, cap, _planned, p in watch.samples if cap == CAP_W]
     assert first and max(first) <= CAP_W + 1e-6, max(first)
     # After each cap change the planned draw came down to the new cap.
-    final_cap, final_planned, _ = watch.samples[-1]
+    _t, final_cap, final_planned, _ = watch.samples[-1]
     assert final_planned <= final_cap + 1e-6, watch.samples[-5:]
     reasons = [r for r, _ in _events(kube, namespace, "b3")]
     assert "PowerWithdrawn" in reasons or "WaitingForPower" in reasons, reasons
-
-
-def _training_with_samples(status: dict[str, Any]) -> bool:
-    return bool(status.get("phase") == "Training"
-                and (status.get("training") or {}).get("samples", 0) > 0)
-
-
-def _options(kube: KubeClient, namespace: str, status: dict[str, Any]) -> JobOptions:
-    """A job's points as the budget sees them (its profile, the seeded vector, its 5 W)."""
-    profile = kube.get(api_path("v1", "configmaps", namespace,
-                                status["profiles"][0]["configMap"]))["data"]["profile.csv"]
-    eff = kube.get(api_path("v1", "configmaps", namespace,
-                            status["efficiency"]["configMap"]))["data"]["efficiency.json"]
-    return job_options("b1", Lut.from_points(parse_profile_csv(profile)),
-                       parse_efficiency_json(eff), limit_w=5.0)
 
 
 class AgentReadings(Sampler):
@@ -353,7 +281,7 @@ def test_measured_draw_is_the_agents_sum(
             phases: dict[str, str] = {}
             while time.monotonic() < deadline and not all(
                     phases.get(n) in ("Succeeded", "Failed") for n in names):
-                st = _budget(kube, budget).get("status") or {}
+                st = get_budget(kube, budget).get("status") or {}
                 phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase", "")
                           for o in kube.get(patj_path(namespace))["items"]}
                 if st.get("measuredAt") and not st.get("unmeasuredNodes"):
@@ -362,9 +290,9 @@ def test_measured_draw_is_the_agents_sum(
             assert [phases.get(n) for n in names] == ["Succeeded"] * 2, (
                 phases, operator.log_text()[-3000:])
             # The metric is the status' number (one process, one step).
-            last = _budget(kube, budget)["status"]["measuredWatts"]
+            last = get_budget(kube, budget)["status"]["measuredWatts"]
             wait_until(lambda: f'edgetrain_budget_measured_watts{{budget="{budget}"}} '
-                       f'{float(_budget(kube, budget)["status"]["measuredWatts"])}'
+                       f'{float(get_budget(kube, budget)["status"]["measuredWatts"])}'
                        in httpx.get(operator.metrics_url, timeout=5).text, 30,
                        f"the metric shows the status' measured draw (last {last})")
         # Each reading equals the agents' own readings summed at its time: within the lowest

@@ -382,7 +382,7 @@ ROWS = [
         status(Phase.estimating, efficiency=EFF),
         world(jobs={"j-estimate-0": job("running")},
               pods=(unschedulable_pod("j-estimate-0", "1970-01-01T00:00:00Z"),)),
-        Phase.failed, ["event Unschedulable"], "Unschedulable",
+        Phase.failed, ["delete jobs x", "event Unschedulable"], "Unschedulable",
         lambda d: "didn't match Pod's node affinity" in d.status.message),
     Row("estimating: a pod that waits for a busy GPU is queueing: it waits",
         status(Phase.estimating, efficiency=EFF),

@@ -1,0 +1,112 @@
+"""PowerBudget helpers shared by the budget end-to-end tests (the operator process,
+tests/operator/test_budget_e2e.py) and the fault suite's chart-installed fleet
+(tests/faults): create a budget, change its cap, sample its status, and a job's points as
+the budget sees them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Self
+
+from edgetrain.api.budget import BUDGET_PLURAL
+from edgetrain.api.efficiency import parse_efficiency_json
+from edgetrain.api.profile import parse_profile_csv
+from edgetrain.cluster import KubeApiError, KubeClient, api_path
+from edgetrain.planner.budget import JobOptions, job_options
+from edgetrain.planner.lut import Lut
+from tests.operator.conftest import GROUP_VERSION, patj_path
+
+
+def budget_path(name: str | None = None) -> str:
+    """REST path of PowerBudgets (cluster-scoped)."""
+    return api_path(GROUP_VERSION, BUDGET_PLURAL, name=name)
+
+
+def create_budget(kube: KubeClient, name: str, labels: dict[str, str], cap_w: float) -> None:
+    """A PowerBudget over the nodes carrying `labels`."""
+    kube.create(budget_path(), {"apiVersion": GROUP_VERSION, "kind": "PowerBudget",
+                                "metadata": {"name": name},
+                                "spec": {"nodeSelector": {"matchLabels": labels},
+                                         "capWatts": cap_w}})
+
+
+def get_budget(kube: KubeClient, name: str) -> dict[str, Any]:
+    return kube.get(budget_path(name))
+
+
+def set_cap(kube: KubeClient, name: str, watts: float) -> None:
+    kube.patch(budget_path(name), {"spec": {"capWatts": watts}})
+
+
+def training_with_samples(status: dict[str, Any]) -> bool:
+    """Training, past its first checkpoint (where a held job stays)."""
+    return bool(status.get("phase") == "Training"
+                and (status.get("training") or {}).get("samples", 0) > 0)
+
+
+def site_options(kube: KubeClient, namespace: str, status: dict[str, Any], name: str,
+                 limit_w: float = 5.0) -> JobOptions:
+    """A job's points as the budget sees them (its profile, its efficiency vector, its own
+    limit), from the ConfigMaps its status names."""
+    profile = kube.get(api_path("v1", "configmaps", namespace,
+                                status["profiles"][0]["configMap"]))["data"]["profile.csv"]
+    eff = kube.get(api_path("v1", "configmaps", namespace,
+                            status["efficiency"]["configMap"]))["data"]["efficiency.json"]
+    return job_options(name, Lut.from_points(parse_profile_csv(profile)),
+                       parse_efficiency_json(eff), limit_w=limit_w)
+
+
+class Sampler:
+    """Calls `sample` every 0.2 s in a thread while the `with` block runs."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.sample()
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class BudgetWatch(Sampler):
+    """Samples the budget's status and the jobs' plans every 0.2 s in a thread."""
+
+    def __init__(self, kube: KubeClient, budget: str, namespace: str) -> None:
+        super().__init__()
+        self.kube, self.budget, self.namespace = kube, budget, namespace
+        # (monotonic s, cap, planned, Σ training jobs' planned powerWatts)
+        self.samples: list[tuple[float, float, float, float]] = []
+
+    def sample(self) -> None:
+        try:
+            st = get_budget(self.kube, self.budget).get("status") or {}
+            items = self.kube.get(patj_path(self.namespace))["items"]
+        except KubeApiError:
+            return
+        plans = sum((o.get("status", {}).get("selection") or {}).get("powerWatts", 0.0)
+                    for o in items if o.get("status", {}).get("phase") == "Training")
+        if st.get("plannedWatts") is not None:
+            self.samples.append((time.monotonic(), st["capWatts"], st["plannedWatts"], plans))
+
+    def over_cap(self) -> list[tuple[float, float]]:
+        """(cap, planned) of samples whose planned draw passed the highest cap so far: after a
+        lowered cap the plan still counts what running jobs draw until they re-plan (it is
+        written with the cap), so only the highest cap so far bounds every sample."""
+        highest, over = 0.0, []
+        for _t, cap, planned, _plans in self.samples:
+            highest = max(highest, cap)
+            if planned > highest + 1e-6:
+                over.append((cap, planned))
+        return over
