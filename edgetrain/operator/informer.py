@@ -87,6 +87,8 @@ class Informer:
             except WatchExpired:
                 continue  # list again: the store is replaced, so deletions missed are seen
             except Exception:  # an outage or a bad answer: say so, list again after a pause
+                if self._stop.is_set():
+                    return  # stopped while the watch was open: its end is no failure
                 log.exception("watch of %s failed; listing again", self.path)
                 self._stop.wait(1.0)
 

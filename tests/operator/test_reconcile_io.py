@@ -110,7 +110,7 @@ def _training_objects(kube: KubeClient, ns: str) -> tuple[dict[str, Any], str]:
         "spec": {"schedulingGates": [{"name": "edgetrain.io/test"}],
                  "containers": [{"name": "train", "image": "train:never"}]}})
     kube.create(api_path("v1", "configmaps", ns), mf.progress_configmap(patj))
-    patj["status"] = STATUSES["training"].wire()
+    patj["status"] = STATUSES["training"].model_dump(by_alias=True, mode="json")
     return patj, str(pod["metadata"]["name"])
 
 
