@@ -127,6 +127,32 @@ def awaited_configmaps(status: PowerAwareTrainingJobStatus, name: str) -> list[s
     return []
 
 
+# What a training tick records from its pod's progress: facts that only move forward, not a
+# decision (`records_only`).
+_PROGRESS_FIELDS = frozenset({
+    "pod", "samples", "accuracy", "device_seconds", "energy_joules", "peak_power_watts",
+    "reached_target", "simulated", "device", "precision"})
+
+
+def records_only(before: PowerAwareTrainingJobStatus, decision: Decision) -> bool:
+    """The decision only records progress: the phase, message, conditions, attempts and
+    Job stay as they were, it posts no Event, and its only actions are best-effort patches
+    (the progress annotations on the training pod). Anything more, decided on a view that
+    trails the API server (the watches), is taken again on fresh reads before it is acted on:
+    a Job that looks finished or missing, a pod that looks refused, may only be late news."""
+    if any(not (isinstance(a, Patch) and a.best_effort) for a in decision.actions):
+        return False
+
+    def decided(status: PowerAwareTrainingJobStatus) -> dict[str, Any]:
+        out = status.model_dump()
+        if out.get("training"):
+            out["training"] = {k: v for k, v in out["training"].items()
+                               if k not in _PROGRESS_FIELDS}
+        return out
+
+    return decided(before) == decided(decision.status)
+
+
 def _transition(out: Decision, to: Phase, reason: str, message: str) -> None:
     kind, why, text = ph.transition(out.status, to, reason, message)
     out.status.transitions += 1

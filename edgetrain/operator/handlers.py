@@ -31,6 +31,7 @@ from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuratio
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.decide import awaited_configmaps
 from edgetrain.operator.fleet import FleetWatch
+from edgetrain.operator.informer import TrainingWatch
 from edgetrain.operator.phases import job_finished
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
@@ -53,6 +54,8 @@ _written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 _job_locks: dict[str, threading.Lock] = {}
 WAKEUPS = Wakeups()
 FLEET: FleetWatch | None = None  # the Jetson nodes (operator/fleet.py), from startup on
+# Training Jobs, their pods and progress ConfigMaps (operator/informer.py), from startup on
+TRAINING: TrainingWatch | None = None
 # Where poll loops run their reconciles: kopf's own pool for sync handlers (set at startup), so
 # change handlers and polls share one bound on threads.
 _executor: concurrent.futures.Executor | None = None
@@ -148,11 +151,23 @@ def watch_fleet(**_: Any) -> None:
     log.info("fleet: %d Jetson node(s) listed", len(FLEET))
 
 
+@kopf.on.startup()
+def watch_training(**_: Any) -> None:
+    """Training Jobs, their pods and progress ConfigMaps, watched so that a training job's poll
+    reads nothing while they show them. Not waited for: until listed, ticks read by name. A
+    training Job that finishes wakes its job from here, once this view has its outcome."""
+    global TRAINING
+    TRAINING = TrainingWatch(KubeClient.connect(), SETTINGS.namespaces,
+                             on_job_done=WAKEUPS.job_changed_threadsafe).start()
+
+
 @kopf.on.cleanup()
 def unwatch_fleet(**_: Any) -> None:
-    """Stop the node watch with the operator."""
+    """Stop the watches with the operator."""
     if FLEET is not None:
         FLEET.stop()
+    if TRAINING is not None:
+        TRAINING.stop()
 
 
 def _indexes(kwargs: dict[str, Any]) -> Indexes:
@@ -165,6 +180,7 @@ def _indexes(kwargs: dict[str, Any]) -> Indexes:
         profilers=kwargs.get("edgetrain_profilers", {}),
         budgets=kwargs.get("edgetrain_budgets", {}),
         budget_jobs=kwargs.get("edgetrain_budget_jobs", {}),
+        training_objects=TRAINING,
     )
 
 

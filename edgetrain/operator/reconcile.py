@@ -2,10 +2,13 @@
 
 Cluster-wide facts come from watches: the nodes from the fleet watch (`fleet.py`), training
 Jobs per node, cache ConfigMaps and other jobs' producers from kopf indexes (`handlers.py`), so
-a tick lists nothing cluster-wide; only this job's own objects are read, by name or by its
-label, fresh from the API server (an index may lag a create by a moment, and a decision on a
-Job that seems missing would start it twice). Every action is idempotent: 409 on create and
-404 on delete are success, and so is 409 on a keyed Event (`world.PostEvent`).
+a tick lists nothing cluster-wide. A job's own objects are read by name or by its label, fresh
+from the API server (an index may lag a create by a moment, and a decision on a Job that seems
+missing would start it twice), except in Training: there the training Job, its pods and the
+progress ConfigMap come from watches (`informer.py`) where they show them, and a decision on
+that view that does more than record progress is taken again on reads (`decide.records_only`).
+Every action is idempotent: 409 on create and 404 on delete are success, and so is 409 on a
+keyed Event (`world.PostEvent`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from edgetrain.operator import estimate_parts as ep
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
+from edgetrain.operator.informer import TrainingView
 from edgetrain.operator.phases import NodeInfo, candidates, job_finished
 from edgetrain.operator.settings import OperatorSettings
 
@@ -57,6 +61,8 @@ class Indexes:
     # PowerBudget name → jobs holding or asking for a share (anything with `.node`, `.name`,
     # `.namespace`, `.phase`): a node a job waits for power on is taken, like one it trains on
     budget_jobs: IndexView[Any] = field(default_factory=dict)
+    # Training Jobs, their pods and progress ConfigMaps from watches (None: read them all)
+    training_objects: TrainingView | None = None
 
 
 def _values(index: IndexView[V], key: Any) -> list[V]:
@@ -110,11 +116,12 @@ class Reconciler:
 
     def world(self, patj: Obj, status: PowerAwareTrainingJobStatus,
               spec: PowerAwareTrainingJobSpec | str, indexes: Indexes,
-              entered: bool = False) -> wd.World:
+              entered: bool = False, fresh: bool = False) -> wd.World:
         """Everything `decide` needs for the job's current phase, and nothing else. `entered`:
         EstimatingEfficiency began in this reconcile, so it has made no Job yet (a leftover from
         before a restart answers the create with 409, which counts as success). Profiling still
-        reads its DaemonSets: a leftover one must be deleted once its profile is published."""
+        reads its DaemonSets: a leftover one must be deleted once its profile is published.
+        `fresh`: Training reads its own objects from the API server, not from the watches."""
         meta = patj["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
         job = {"metadata": {k: meta.get(k) for k in
@@ -138,6 +145,7 @@ class Reconciler:
         pods: list[Obj] = []
         load: dict[str, int] = {}
         servers: tuple[NodeInfo, ...] = ()
+        watched = False
         # The label narrows the list on the server; the owner's uid decides (the label value is
         # the name cut at 63 characters, which two jobs may share).
         mine = f"{LABEL_JOB}={mf.label_value(name)}"
@@ -206,23 +214,51 @@ class Reconciler:
                         Phase.waiting_for_power.value:
                     load[rec.node] = load.get(rec.node, 0) + 1
         elif phase is Phase.training:
-            progress = mf.progress_configmap_name(name)
-            got = self.kube.get_or_none(api_path("v1", "configmaps", ns, progress))
-            if got is not None:
-                configmaps[progress] = dict(got.get("data") or {})
-            training = status.training
-            if training is not None and training.job:
-                found = self.kube.get_or_none(api_path("batch/v1", "jobs", ns, training.job))
-                if found is not None:
-                    jobs[training.job] = found
-                    pods = list(self._list("v1", "pods", ns, f"job-name={training.job}")
-                                .values())
+            training_job = status.training.job if status.training is not None else None
+            view = None if fresh else indexes.training_objects
+            jobs, pods, configmaps, watched = self._training(ns, name, uid, training_job, view)
         return wd.World(job=job, now_s=time.time(), nodes=nodes, servers=servers,
                         training_load=load,
                         configmaps=configmaps, jobs=jobs, daemonsets=daemonsets,
                         pods=tuple(pods), producers=producers, worker_identity=worker_identity,
                         budgets=budgets,
-                        worker_events=self._refusals(ns, {**jobs, **daemonsets}, pods))
+                        worker_events=self._refusals(ns, {**jobs, **daemonsets}, pods),
+                        watched=watched)
+
+    def _training(self, ns: str, name: str, uid: str, training_job: str | None,
+                  view: TrainingView | None,
+                  ) -> tuple[dict[str, Obj], list[Obj], dict[str, Mapping[str, str]], bool]:
+        """The training Job, its pods and the progress ConfigMap's data: from the watches where
+        they show them, else read by name (just created, or the watch not listed yet); and
+        whether any came from the watches. Read in this order because the trainer publishes its
+        result before it exits: a Job read as finished is followed by a ConfigMap that has it."""
+        watched = False
+        jobs: dict[str, Obj] = {}
+        pods: list[Obj] = []
+        if training_job:
+            job = view.job(ns, training_job, uid) if view is not None else None
+            if job is not None:
+                watched = True
+            else:
+                job = self.kube.get_or_none(api_path("batch/v1", "jobs", ns, training_job))
+            if job is not None:
+                jobs[training_job] = job
+                pods = view.pods(ns, str(job["metadata"].get("uid"))) if view is not None else []
+                if pods:
+                    watched = True
+                else:  # no pod yet, or the pod watch has not shown it: ask
+                    pods = list(self._list("v1", "pods", ns, f"job-name={training_job}")
+                                .values())
+        progress = mf.progress_configmap_name(name)
+        got = view.configmap(ns, progress, uid) if view is not None else None
+        if got is not None:
+            watched = True
+        else:
+            got = self.kube.get_or_none(api_path("v1", "configmaps", ns, progress))
+        configmaps: dict[str, Mapping[str, str]] = {}
+        if got is not None:
+            configmaps[progress] = dict(got.get("data") or {})
+        return jobs, pods, configmaps, watched
 
     def fleet(self, indexes: Indexes) -> tuple[NodeInfo, ...]:
         """The Jetson nodes from the index, as one snapshot shared by the reconciles of the next
@@ -353,6 +389,10 @@ class Reconciler:
         for _ in range(5):
             world = self.world(patj, step.status, spec, indexes, entered)
             decision = dc.decide(spec, step.status, world, self.settings)
+            if world.watched and not dc.records_only(step.status, decision):
+                # Decided on the watches' view, which may be late: decide again on reads.
+                world = self.world(patj, step.status, spec, indexes, entered, fresh=True)
+                decision = dc.decide(spec, step.status, world, self.settings)
             self.execute(decision.actions, patj)
             step.events += decision.events
             before, step.status = step.status.phase, decision.status

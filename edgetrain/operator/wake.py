@@ -47,10 +47,13 @@ class Wakeups:
         self._events: dict[JobKey, asyncio.Event] = {}
         self._awaits: dict[JobKey, frozenset[tuple[str, str]]] = {}  # job → (ns, ConfigMap)s
         self._waiters: dict[tuple[str, str], set[JobKey]] = {}  # (ns, ConfigMap) → jobs
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the events are waited on
 
     def register(self, job: JobKey) -> asyncio.Event:
         """The event a job's loop waits on (call on the event loop)."""
+        loop = asyncio.get_running_loop()
         with self._lock:
+            self._loop = loop
             return self._events.setdefault(job, asyncio.Event())
 
     def unregister(self, job: JobKey) -> None:
@@ -81,6 +84,13 @@ class Wakeups:
         if event is not None:
             event.set()
         return event is not None
+
+    def job_changed_threadsafe(self, namespace: str, uid: str) -> None:
+        """`job_changed` from another thread (the informers' watch threads)."""
+        with self._lock:
+            event, loop = self._events.get((namespace, uid)), self._loop
+        if event is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
 
     def size(self) -> int:
         """Jobs with a registered loop or a recorded wait (memory checks in tests)."""

@@ -46,6 +46,9 @@ class World:
     # Worker (Job or DaemonSet) name → its FailedCreate Events: read only for a worker that has
     # no pod, which is how a pod refused at admission (Pod Security, quota) shows.
     worker_events: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+    # Some of the job's own objects came from the watches (`informer.py`), which trail the API
+    # server: a decision that acts on them is taken again on fresh reads (`decide.records_only`).
+    watched: bool = False
 
     @property
     def name(self) -> str:

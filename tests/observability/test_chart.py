@@ -409,6 +409,8 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       # the operator's indexes: label-filtered watches instead of per-tick lists
                       ("watch", "nodes"), ("watch", "configmaps"), ("watch", "jobs.batch"),
                       ("watch", "daemonsets.apps"),
+                      # the training tick's own objects: training pods from a watch
+                      ("watch", "pods"),
                       # site power budgets: their loops, status, and the jobs' share annotations
                       ("watch", "powerbudgets.edgetrain.io"),
                       ("patch", "powerbudgets.edgetrain.io/status"),

@@ -9,13 +9,16 @@ from typing import Any
 import pytest
 
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, TrainingStatus
-from edgetrain.cluster import KubeClient
+from edgetrain.cluster import KubeClient, api_path
+from edgetrain.operator import manifests as mf
 from edgetrain.operator import reconcile
 from edgetrain.operator import world as wd
+from edgetrain.operator.informer import TrainingWatch
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
 from tests.cluster.fixtures import SERVERS
+from tests.operator.conftest import job_manifest, patj_path
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
 
 
@@ -84,3 +87,105 @@ def test_the_fleet_snapshot_is_shared_briefly_then_taken_again(
     clock = time.monotonic() + reconcile.FLEET_SNAPSHOT_S + 1
     monkeypatch.setattr(reconcile.time, "monotonic", lambda: clock)
     assert {n.name for n in rec.fleet(indexes)} == {"n1", "n2"}
+
+
+# --- Training: the Job, its pods and the progress ConfigMap from watches ------------------
+
+TRAIN_JOB = "j-train-1"
+
+
+def _training_objects(kube: KubeClient, ns: str) -> tuple[dict[str, Any], str]:
+    """A job `j` in Training with its training Job, one pod of that Job and its progress
+    ConfigMap, as the operator makes them (labels, controller references). Nothing runs them:
+    the Job is managed by no controller (`spec.managedBy`) and the pod is gated from scheduling,
+    so they stay exactly as made. Returns the job (status Training) and the pod's name."""
+    created = kube.create(patj_path(ns), job_manifest("j"))
+    patj = {"metadata": created["metadata"], "spec": created["spec"]}
+    labels = {"edgetrain.io/job": "j", "edgetrain.io/phase": "train",
+              mf.LABEL_MANAGED: mf.MANAGER}
+    job_obj = kube.create(api_path("batch/v1", "jobs", ns), {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": TRAIN_JOB, "labels": labels,
+                     "ownerReferences": [mf.owner_reference(patj)]},
+        "spec": {"managedBy": "edgetrain.io/test", "template": {
+            "metadata": {"labels": labels},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "train", "image": "train:never"}]}}}})
+    pod = kube.create(api_path("v1", "pods", ns), {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{TRAIN_JOB}-abcde", "labels": {**labels, "job-name": TRAIN_JOB},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": TRAIN_JOB, "uid": job_obj["metadata"]["uid"],
+                                          "controller": True}]},
+        "spec": {"schedulingGates": [{"name": "edgetrain.io/test"}],
+                 "containers": [{"name": "train", "image": "train:never"}]}})
+    kube.create(api_path("v1", "configmaps", ns), mf.progress_configmap(patj))
+    patj["status"] = STATUSES["training"].model_dump(by_alias=True, mode="json")
+    return patj, str(pod["metadata"]["name"])
+
+
+def _shows(watch: TrainingWatch, ns: str, patj: dict[str, Any]) -> bool:
+    uid = patj["metadata"]["uid"]
+    job_obj = watch.job(ns, TRAIN_JOB, uid)
+    return (job_obj is not None and bool(watch.pods(ns, job_obj["metadata"]["uid"]))
+            and watch.configmap(ns, mf.progress_configmap_name("j"), uid) is not None)
+
+
+class LateView:
+    """The watch's view, but one that shows the training Job finished: news the API server
+    does not confirm (a view that trails it may show a state from before a restart)."""
+
+    def __init__(self, watch: TrainingWatch) -> None:
+        self.watch = watch
+
+    def job(self, ns: str, name: str, owner: str) -> dict[str, Any] | None:
+        got = self.watch.job(ns, name, owner)
+        return None if got is None else {**got, "status": {"succeeded": 1}}
+
+    def pods(self, ns: str, job_uid: str) -> list[dict[str, Any]]:
+        return self.watch.pods(ns, job_uid)
+
+    def configmap(self, ns: str, name: str, owner: str) -> dict[str, Any] | None:
+        return self.watch.configmap(ns, name, owner)
+
+
+def test_a_training_tick_reads_nothing_while_the_watches_show_its_objects(
+    kube: KubeClient, namespace: str, crds: None
+) -> None:
+    patj, pod_name = _training_objects(kube, namespace)
+    watch = TrainingWatch(kube, [namespace]).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _shows(watch, namespace, patj):
+            assert time.monotonic() < deadline, watch.sizes()
+            time.sleep(0.1)
+        nodes = {"n1": [node("n1")]}
+        client = RecordingClient(kube.configuration)
+        rec = Reconciler(client, load_settings({}))
+
+        # The watches show the Job, its pod and the progress: the tick sends nothing.
+        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=watch))
+        assert client.sent == []
+        assert step.status.phase is Phase.training
+        assert step.status.training is not None and step.status.training.pod == pod_name
+
+        # A view that shows none of them (a watch not listed yet): each is read by name.
+        unlisted = TrainingWatch(kube, ["not-listed"])
+        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=unlisted))
+        progress = mf.progress_configmap_name("j")
+        assert sorted(client.sent) == sorted([
+            ("GET", api_path("batch/v1", "jobs", namespace, TRAIN_JOB)),
+            ("GET", api_path("v1", "pods", namespace)),  # labelSelector job-name=j-train-1
+            ("GET", api_path("v1", "configmaps", namespace, progress))])
+        assert step.status.phase is Phase.training
+        assert step.status.training is not None and step.status.training.pod == pod_name
+
+        # A view whose news would end the job is confirmed by reads first; they say the Job
+        # runs, so the job still trains (not Succeeded without a result).
+        client.sent.clear()
+        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=LateView(watch)))
+        assert ("GET", api_path("batch/v1", "jobs", namespace, TRAIN_JOB)) in client.sent
+        assert step.status.phase is Phase.training, step.status.message
+        assert not step.events
+    finally:
+        watch.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from edgetrain.api.job_status import (
     EfficiencyStatus,
@@ -114,3 +115,16 @@ def test_two_names_sharing_63_characters_have_distinct_keys() -> None:
         return ev_a.is_set(), ev_b.is_set()
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+def test_a_watch_thread_wakes_a_job_on_the_loop() -> None:
+    async def scenario() -> None:
+        w = Wakeups()
+        ev = w.register(("ns", "a"))
+        thread = threading.Thread(target=w.job_changed_threadsafe, args=("ns", "a"))
+        thread.start()
+        thread.join()
+        assert await sleep_or_wake(ev, 5.0)  # set through the loop, not from the thread
+        w.job_changed_threadsafe("ns", "nobody")  # no loop waits for it: nothing happens
+
+    asyncio.run(scenario())
