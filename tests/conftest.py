@@ -57,6 +57,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the groups into scopes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group and order tests for `pytest -n --dist loadgroup`; tests marked `cuda` run
     where CUDA exists and are skipped, saying why, elsewhere."""
