@@ -64,7 +64,7 @@ lint: setup
 # overlaps the waits (docs/architecture.md, "Tests", has the groups and the timings).
 TEST_WORKERS ?= 2
 unit: setup
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
 
 test: lint unit
 

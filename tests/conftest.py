@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,40 +44,44 @@ HOST_STATE_GROUP = "host-state"
 _SHARED_SCOPES = ("module", "package", "class")
 
 
-def xdist_group_of(item: pytest.Item) -> str | None:
-    """The worker group `item` must share: host-wide state, or a module-scoped fixture (a fleet, a
-    namespace) that would otherwise be built once per worker. None: any worker."""
-    path = item.nodeid.split("::", 1)[0]
-    if path.startswith(HOST_STATE_TESTS):
-        return HOST_STATE_GROUP
+def worker_group(nodeid: str) -> str:
+    """The tests that must share one worker: the host-state group, else one module (its
+    module-scoped fixtures, a fleet or a shared namespace, are then built once)."""
+    path = nodeid.split("::", 1)[0]
+    return HOST_STATE_GROUP if path.startswith(HOST_STATE_TESTS) else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Schedule whole groups (`worker_group`) in collection order. xdist's own `loadgroup`
+    cannot be used: it renames nodeids, which pytest 9 ignores, so its groups split."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedStateScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return SharedStateScheduling(config, log)
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
     fixture_info = getattr(item, "_fixtureinfo", None)
-    if fixture_info is not None:
-        for defs in fixture_info.name2fixturedefs.values():
-            if any(d.scope in _SHARED_SCOPES for d in defs):
-                return path
-    return None
+    return fixture_info is not None and any(
+        d.scope in _SHARED_SCOPES for defs in fixture_info.name2fixturedefs.values() for d in defs)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the groups into scopes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group and order tests for `pytest -n --dist loadgroup`; tests marked `cuda` run
+    """Longest first under `pytest -n` (the last minutes are then short tests filling both
+    workers; stable, as every worker must collect the same order); tests marked `cuda` run
     where CUDA exists and are skipped, saying why, elsewhere."""
-    groups = {id(item): xdist_group_of(item) for item in items}
-    for item in items:
-        group = groups[id(item)]
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    # Longest first, so the last minutes are short tests filling both workers (run with
-    # --no-loadscope-reorder, which keeps this order). Stable: every worker must collect the same.
-    items.sort(key=lambda item: _start_rank(item, groups[id(item)]))
+    items.sort(key=_start_rank)
     _skip_cuda_without_device(items)
 
 
-def _start_rank(item: pytest.Item, group: str | None) -> int:
+def _start_rank(item: pytest.Item) -> int:
     """0 starts first: the host-state group, then shared fleets, slow tests, cluster tests."""
-    if group == HOST_STATE_GROUP:
+    if worker_group(item.nodeid) == HOST_STATE_GROUP:
         return 0
-    if group is not None:
+    if _shares_a_fixture(item):
         return 1
     if item.get_closest_marker("slow"):
         return 2
