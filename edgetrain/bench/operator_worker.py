@@ -32,7 +32,7 @@ from edgetrain.cluster.podspec import expand_vars, field_ref
 from edgetrain.device.sim.boards import BOARDS
 from edgetrain.device.sim.physics import ground_truth
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
-from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, upsert_configmap
+from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, add_to_configmap
 
 log = logging.getLogger("edgetrain.bench.operator")
 
@@ -278,7 +278,7 @@ class FakeWorker:
         if missing:
             raise ValueError(f"the bench cannot produce {sorted(missing)}")
         before = time.monotonic()
-        upsert_configmap(self.kube, self.namespace, args.publish,
+        add_to_configmap(self.kube, self.namespace, args.publish,
                          {k: data[k] for k in args.files}, args.labels)
         self.on_publish(args.publish, before)
 

@@ -28,35 +28,57 @@ from edgetrain.kube import KubeApiError, KubeClient, api_path, wait_for_stop_sig
 PROGRESS_KEY = "progress.json"
 RESULT_KEY = "result.json"
 TERMINATION_MESSAGE_MAX = 4096  # the kubelet's limit per container
+ADD_CONFLICT_RETRIES = 20  # writers racing on one ConfigMap: each round one of them wins
 
 
-def upsert_configmap(
+def add_to_configmap(
     client: KubeClient,
     namespace: str,
     name: str,
     data: dict[str, str],
     labels: dict[str, str] | None = None,
-) -> None:
-    """Create the ConfigMap, or merge `data` and `labels` into an existing one."""
+) -> list[str]:
+    """Create the ConfigMap, or add the keys of `data` it lacks; the keys it gained.
+
+    A key already there keeps its first value: cache entries are content-addressed, and two
+    jobs that profiled the same key at once must not swap the entry under readers that
+    memoised it. The resourceVersion precondition makes a racing writer read again.
+    """
     path = api_path("v1", "configmaps", namespace, name)
-    try:
-        client.patch(path, {"metadata": {"labels": labels or {}}, "data": data}, "merge")
-        return
-    except KubeApiError as exc:
-        if exc.code != 404:
-            raise
-    body = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "data": data,
-    }
-    try:
-        client.create(api_path("v1", "configmaps", namespace), body)
-    except KubeApiError as exc:
-        if exc.code != 409:
-            raise
-        client.patch(path, {"metadata": {"labels": labels or {}}, "data": data}, "merge")
+    for _ in range(ADD_CONFLICT_RETRIES):
+        got = client.get_or_none(path)
+        if got is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+                "data": data,
+            }
+            try:
+                client.create(api_path("v1", "configmaps", namespace), body)
+                return sorted(data)
+            except KubeApiError as exc:
+                if exc.code != 409:
+                    raise
+                continue  # created meanwhile: add to it
+        have = got.get("data") or {}
+        new = {k: v for k, v in data.items() if k not in have}
+        have_labels = (got.get("metadata") or {}).get("labels") or {}
+        if not new and all(have_labels.get(k) == v for k, v in (labels or {}).items()):
+            return []
+        meta: dict[str, Any] = {"labels": labels or {}}
+        version = (got.get("metadata") or {}).get("resourceVersion")
+        if version:
+            meta["resourceVersion"] = version
+        try:
+            client.patch(path, {"metadata": meta, "data": new}, "merge")
+            return sorted(new)
+        except KubeApiError as exc:
+            if exc.code not in (404, 409):
+                raise  # 404: deleted meanwhile; 409: changed meanwhile; read again
+    raise KubeApiError("PATCH", path, 409, "Conflict",
+                       f"configmap {namespace}/{name} kept changing over"
+                       f" {ADD_CONFLICT_RETRIES} attempts to add {sorted(data)}")
 
 
 def carry_weights(from_dir: Path, to_file: Path) -> bool:
@@ -306,10 +328,15 @@ def run_worker(
     if publish and kube is not None:
         data = {key: path.read_text(encoding="utf-8") for key, path in (files or {}).items()}
         client_ = kube
-        retry_api(lambda: upsert_configmap(client_, namespace, publish, data, labels),
-                  f"publishing configmap {publish}")
-        print(f"edgetrain worker: published {sorted(data)} to configmap {publish}",
-              file=sys.stderr)
+        added: list[str] = []
+
+        def add() -> None:
+            added[:] = add_to_configmap(client_, namespace, publish, data, labels)
+
+        retry_api(add, f"publishing configmap {publish}")
+        kept = sorted(set(data) - set(added))
+        print(f"edgetrain worker: published {sorted(added)} to configmap {publish}"
+              + (f"; kept the {kept} already there" if kept else ""), file=sys.stderr)
     if hold:
         wait_for_stop_signal(threading.Event())
     return 0

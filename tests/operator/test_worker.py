@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 import torch
 
+from edgetrain.cluster import KubeClient, api_path
 from edgetrain.kube import KubeApiError
-from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, carry_weights, run_worker
+from edgetrain.operator.worker import (
+    PROGRESS_KEY,
+    RESULT_KEY,
+    add_to_configmap,
+    carry_weights,
+    run_worker,
+)
 
 
 class FakeKube:
@@ -210,3 +217,47 @@ def test_a_release_nobody_can_read_does_not_hold(capfd: pytest.CaptureFixture[st
     code = run_worker([sys.executable, "-c", PROGRESS_THEN_STAMP], namespace="ns",
                       hold_at_progress="rel", client=Forbidden())  # type: ignore[arg-type]
     assert code == 0 and "cannot be read" in capfd.readouterr().err
+
+
+@pytest.mark.cluster
+def test_a_cache_entry_keeps_its_first_value_while_new_keys_are_added(
+    kube: KubeClient, namespace: str
+) -> None:
+    """Two jobs that profiled one key at once: the second publish adds nothing, so a reader
+    that memoised the entry never holds a stale copy; new keys (estimate parts) still land."""
+    path = api_path("v1", "configmaps", namespace, "edgetrain-profile-k")
+    first = {"profile.csv": "first", "profile.meta.json": "{}"}
+    assert add_to_configmap(kube, namespace, "edgetrain-profile-k", first,
+                            {"edgetrain.io/kind": "profile"}) == sorted(first)
+    version = kube.get(path)["metadata"]["resourceVersion"]
+    second = {"profile.csv": "second", "profile.meta.json": "{\"x\": 1}"}
+    assert add_to_configmap(kube, namespace, "edgetrain-profile-k", second,
+                            {"edgetrain.io/kind": "profile"}) == []
+    got = kube.get(path)
+    assert got["data"] == first
+    assert got["metadata"]["resourceVersion"] == version  # not even written
+    assert add_to_configmap(kube, namespace, "edgetrain-profile-k",
+                            {"part-1.json": "p1", "profile.csv": "third"}) == ["part-1.json"]
+    assert kube.get(path)["data"] == {**first, "part-1.json": "p1"}
+
+
+@pytest.mark.cluster
+def test_racing_writers_each_add_their_keys_once(kube: KubeClient, namespace: str) -> None:
+    """Eight writers at once (an Indexed estimate's pods): every part lands, none is lost to a
+    concurrent merge, and the shared key keeps exactly one writer's value."""
+    name = "edgetrain-parts-race"
+    added: dict[int, list[str]] = {}
+
+    def write(i: int) -> None:
+        added[i] = add_to_configmap(kube, namespace, name,
+                                    {f"part-{i}.json": str(i), "shared": str(i)})
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = kube.get(api_path("v1", "configmaps", namespace, name))["data"]
+    assert {k for k in data if k.startswith("part-")} == {f"part-{i}.json" for i in range(8)}
+    winners = [i for i, keys in added.items() if "shared" in keys]
+    assert len(winners) == 1 and data["shared"] == str(winners[0]), (winners, data)
