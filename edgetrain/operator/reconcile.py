@@ -32,7 +32,7 @@ from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
 from edgetrain.operator.informer import TrainingView
-from edgetrain.operator.phases import NodeInfo, candidates, job_finished
+from edgetrain.operator.phases import NodeInfo, candidates, job_finished, unix_seconds
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
@@ -41,6 +41,13 @@ _WORKLOADS = ("jobs", "daemonsets")
 # How long one snapshot of the fleet serves reconciles: far below a node's NotReady grace, and
 # the index itself trails the API server by about as much.
 FLEET_SNAPSHOT_S = 0.5
+# How long one read of the GPU servers serves estimate starts: a burst of new jobs reads them
+# once, not once each (they change rarely; a server added is seen within this).
+SERVERS_SNAPSHOT_S = 5.0
+# A worker's controller makes its first pod within moments. Only a worker left without one for
+# longer is asked for FailedCreate Events: each ask scans the namespace's Events, and a burst of
+# new workers would repeat it on every tick (the cause still shows well within 30 s).
+REFUSAL_GRACE_S = 3.0
 
 # kopf's Index is a Mapping of key → Store (an iterable of the values of every indexed object).
 IndexView = Mapping[Any, Iterable[V]]
@@ -111,6 +118,7 @@ class Reconciler:
         self._identities: set[str] = set()  # namespaces seen with the worker ServiceAccount
         self._fleet_lock = threading.Lock()
         self._fleet: tuple[object, float, tuple[NodeInfo, ...]] = (None, 0.0, ())
+        self._servers_read: tuple[float, tuple[NodeInfo, ...]] | None = None
 
     # --- gathering ---
 
@@ -274,9 +282,17 @@ class Reconciler:
     def _servers(self) -> tuple[NodeInfo, ...]:
         """The GPU servers (serverSelector), read when an estimate is about to start: not a
         watch, since they change rarely and only an estimate's start looks at them."""
+        now = time.monotonic()
+        with self._fleet_lock:
+            read = self._servers_read
+        if read is not None and now - read[0] <= SERVERS_SNAPSHOT_S:
+            return read[1]
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.server_selector.items()))
         items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
-        return tuple(NodeInfo.of(n) for n in items)
+        servers = tuple(NodeInfo.of(n) for n in items)
+        with self._fleet_lock:
+            self._servers_read = (now, servers)
+        return servers
 
     def _worker_identity(self, ns: str) -> bool:
         """`ns` has the worker ServiceAccount (remembered once seen, for this operator run)."""
@@ -310,11 +326,14 @@ class Reconciler:
         owners = {ref.get("uid") for p in pods
                   for ref in p["metadata"].get("ownerReferences") or []}
         out: dict[str, tuple[Obj, ...]] = {}
+        now = time.time()
         for name, obj in workloads.items():
             uid = obj["metadata"].get("uid")
             done = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                        for c in (obj.get("status") or {}).get("conditions") or [])
-            if not uid or uid in owners or done:
+            created = unix_seconds(obj["metadata"].get("creationTimestamp"))
+            young = created is not None and now - created < REFUSAL_GRACE_S
+            if not uid or uid in owners or done or young:
                 continue
             items = self.kube.get(api_path("v1", "events", ns), fieldSelector=(
                 f"involvedObject.uid={uid},reason=FailedCreate"))["items"]
