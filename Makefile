@@ -52,11 +52,12 @@ prometheus:
 
 setup: $(STAMP) data cluster-bins chart-linter prometheus container-engine
 
-# mypy twice: the host's Python, and 3.10, the oldest the node side runs on (JetPack 6).
+# mypy twice: the host's Python, and 3.10, the oldest the node side runs on (JetPack 6). Each
+# keeps its own cache: with one, either run found the other's and checked everything again.
 lint: setup
 	$(BIN)/ruff check edgetrain tests
 	$(BIN)/mypy --strict edgetrain
-	$(BIN)/mypy --strict --python-version 3.10 edgetrain
+	$(BIN)/mypy --strict --python-version 3.10 --cache-dir .mypy_cache/py3.10 edgetrain
 	PYTHON=$(abspath $(BIN)/python) bash scripts/lint-chart.sh
 	$(CACHE_DIR)/bin/tools/actionlint .github/workflows/*.yml
 

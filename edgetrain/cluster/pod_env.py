@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from edgetrain.cluster.container import Container
     from edgetrain.cluster.nodes import PodHost
 
-# Env passed through from the agent: processes need a PATH and a HOME to work at all.
-PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+# Env passed through from the agent: processes need a PATH and a HOME to work at all, and the
+# host's thread policy (OMP_NUM_THREADS) holds for the pods it runs as processes.
+PASSTHROUGH_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+                   "OMP_NUM_THREADS")
 
 
 class PodEnv:

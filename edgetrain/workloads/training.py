@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,9 +25,22 @@ TEXT_SEQ_LEN = 64
 DEVICE_RESIDENT_MAX_BYTES = 1 << 30
 
 
+def torch_threads(environ: Mapping[str, str] | None = None, cores: int | None = None) -> int:
+    """Intra-op threads: OMP_NUM_THREADS where set (the usual knob, which torch itself reads
+    and a plain set_num_threads would override), else the cores we may use, at most 4."""
+    env = os.environ if environ is None else environ
+    raw = env.get("OMP_NUM_THREADS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    return max(1, min(4, cores))
+
+
 def configure_threads() -> None:
     """Use the cores we have, and no more (2 here; a Jetson has 4 to 12)."""
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(torch_threads())
 
 
 @dataclass(frozen=True)
