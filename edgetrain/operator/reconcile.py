@@ -32,7 +32,7 @@ from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
 from edgetrain.operator.informer import TrainingView
-from edgetrain.operator.phases import NodeInfo, candidates, job_finished, unix_seconds
+from edgetrain.operator.phases import NodeInfo, candidates, job_finished
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
@@ -44,10 +44,6 @@ FLEET_SNAPSHOT_S = 0.5
 # How long one read of the GPU servers serves estimate starts: a burst of new jobs reads them
 # once, not once each (they change rarely; a server added is seen within this).
 SERVERS_SNAPSHOT_S = 5.0
-# A worker's controller makes its first pod within moments. Only a worker left without one for
-# longer is asked for FailedCreate Events: each ask scans the namespace's Events, and a burst of
-# new workers would repeat it on every tick (the cause still shows well within 30 s).
-REFUSAL_GRACE_S = 3.0
 
 # kopf's Index is a Mapping of key → Store (an iterable of the values of every indexed object).
 IndexView = Mapping[Any, Iterable[V]]
@@ -280,8 +276,9 @@ class Reconciler:
             return nodes
 
     def _servers(self) -> tuple[NodeInfo, ...]:
-        """The GPU servers (serverSelector), read when an estimate is about to start: not a
-        watch, since they change rarely and only an estimate's start looks at them."""
+        """The GPU servers (serverSelector), read when an estimate is about to start, once per
+        `SERVERS_SNAPSHOT_S`: not a watch, since they change rarely and only an estimate's start
+        looks at them."""
         now = time.monotonic()
         with self._fleet_lock:
             read = self._servers_read
@@ -326,14 +323,11 @@ class Reconciler:
         owners = {ref.get("uid") for p in pods
                   for ref in p["metadata"].get("ownerReferences") or []}
         out: dict[str, tuple[Obj, ...]] = {}
-        now = time.time()
         for name, obj in workloads.items():
             uid = obj["metadata"].get("uid")
             done = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                        for c in (obj.get("status") or {}).get("conditions") or [])
-            created = unix_seconds(obj["metadata"].get("creationTimestamp"))
-            young = created is not None and now - created < REFUSAL_GRACE_S
-            if not uid or uid in owners or done or young:
+            if not uid or uid in owners or done:
                 continue
             items = self.kube.get(api_path("v1", "events", ns), fieldSelector=(
                 f"involvedObject.uid={uid},reason=FailedCreate"))["items"]
