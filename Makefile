@@ -64,8 +64,12 @@ lint: setup
 # Two workers: most cluster tests wait on the API server or on a twin, so a second process
 # overlaps the waits (docs/architecture.md, "Tests", has the groups and the timings).
 TEST_WORKERS ?= 2
+# One intra-op thread per PyTorch process (the workloads and the virtual nodes' pods honour
+# OMP_NUM_THREADS): the suite runs several at once on 2 cores, where OpenMP's spinning threads
+# made three concurrent trainings 12 times slower (253 s against 21 s; docs/architecture.md).
+TEST_TORCH_THREADS ?= 1
 unit: setup
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
+	OMP_NUM_THREADS=$(TEST_TORCH_THREADS) $(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
 
 test: lint unit
 

@@ -142,6 +142,13 @@ def api_env(cluster: LocalCluster) -> list[str]:
             "-e", f"KUBERNETES_SERVICE_PORT={cluster.ports['apiserver']}"]
 
 
+def threads_env() -> list[str]:
+    """The suite's PyTorch thread count (OMP_NUM_THREADS, see the Makefile) into a container,
+    as a virtual node passes it to its pods."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return ["-e", f"OMP_NUM_THREADS={threads}"] if threads else []
+
+
 @pytest.fixture
 def containers(engine: Engine) -> Iterator[list[str]]:
     """Names of containers a test started; removed afterwards."""
@@ -302,7 +309,7 @@ def test_arm64_trainer_profiles_and_trains_on_a_twin_through_the_worker(
     run_in = ["run", "--rm", "--network", "host", "-v", f"{sa}:{SA_PATH}:ro",
               "-v", f"{nano.root}:/twin", "-v", f"{out}:/out", "-v", f"{data}:/data:ro",
               "-e", "EDGETRAIN_DATA_DIR=/data", "-e", "EDGETRAIN_CACHE_DIR=/out/cache",
-              "-e", f"POD_NAMESPACE={ns}", *api_env(cluster), trainer_cpu]
+              "-e", f"POD_NAMESPACE={ns}", *api_env(cluster), *threads_env(), trainer_cpu]
     tag = uuid.uuid4().hex[:6]
     profile_cm, progress_cm = f"arm64-profile-{tag}", f"arm64-progress-{tag}"
     profiled = engine.run(
