@@ -41,6 +41,7 @@ from tests.operator.budgets import (
     Sampler,
     create_budget,
     get_budget,
+    seed_profile,
     set_cap,
     site_options,
     training_with_samples,
@@ -99,7 +100,7 @@ def test_three_jobs_share_a_nine_watt_site(
     kube: KubeClient, namespace: str, operator: OperatorProcess,
     site: tuple[str, VNodeAgent],
 ) -> None:
-    budget, _agent = site
+    budget, agent = site
     st = kube.wait_for(api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget),
                        lambda o: len((o.get("status") or {}).get("nodes") or []) == 3,
                        timeout_s=60, interval_s=0.5, what="budget sees its 3 nodes")["status"]
@@ -111,6 +112,8 @@ def test_three_jobs_share_a_nine_watt_site(
     for body in manifests:
         body["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: "train"}
     seed_efficiency(kube, namespace, manifests[0]["spec"])  # the estimate is tested elsewhere
+    # So is profiling; the caps below are set from the profile's cheapest point.
+    seed_profile(kube, namespace, manifests[0]["spec"], agent.nodes[0].name)
     training = training_with_samples
     with BudgetWatch(kube, budget, namespace) as watch:
         for body in manifests:
@@ -168,7 +171,8 @@ def test_three_jobs_share_a_nine_watt_site(
             done = _wait_status(kube, namespace, n,
                                 lambda s: s.get("phase") in ("Succeeded", "Failed"),
                                 "done", operator, timeout_s=600)["status"]
-            assert done["phase"] == "Succeeded", done
+            assert done["phase"] == "Succeeded", (n, done.get("message"), _events(
+                kube, namespace, n), operator.log_text()[-4000:])
     assert watch.samples, "the budget never reported a plan"
     # The planned draw never passed the highest cap so far: after a lowered cap it still counts
     # what running jobs draw until they re-plan (written with the cap), and the jobs' plans
