@@ -13,9 +13,9 @@ from edgetrain.api.budget import BUDGET_PLURAL
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import LABEL_CACHE, LABEL_CACHE_KEY, LABEL_DEVICE_MODEL, LABEL_L4T
-from edgetrain.api.profile import ProfilePoint, format_profile_csv, parse_profile_csv
+from edgetrain.api.profile import parse_profile_csv
+from edgetrain.bench.operator_worker import profile_files
 from edgetrain.cluster import KubeApiError, KubeClient, api_path
-from edgetrain.device.sim.physics import ground_truth
 from edgetrain.operator import manifests as mf
 from edgetrain.planner.budget import JobOptions, job_options
 from edgetrain.planner.lut import Lut
@@ -47,30 +47,23 @@ def set_cap(kube: KubeClient, name: str, watts: float) -> None:
 
 def seed_profile(kube: KubeClient, namespace: str, spec: dict[str, Any], node: str) -> str:
     """The job's profile for `node`'s device model in the namespace's cache, from the twin's
-    noise-free physics (simulated), so its profiling is a cache hit; the ConfigMap's name.
+    noise-free physics as the operator bench makes it (simulated), so its profiling is a cache
+    hit; the ConfigMap's name.
 
     A point profiled on a CPU-starved twin can read as low as the node's idle draw, and then no
     cap above the site's idle draw fits two jobs but not three (profiling is tested elsewhere)."""
     parsed = PowerAwareTrainingJobSpec.model_validate(spec)
     labels = kube.get(api_path("v1", "nodes", name=node))["metadata"]["labels"]
-    board = labels[LABEL_DEVICE_MODEL]
-    key = mf.profile_key(parsed, board, labels.get(LABEL_L4T))
+    board, l4t = labels[LABEL_DEVICE_MODEL], labels.get(LABEL_L4T)
+    key = mf.profile_key(parsed, board, l4t)
     task = load_task(parsed.dataset.name, parsed.dataset.limit)
     cost = workload_cost(parsed.model.architecture, tuple(task.x_train.shape[1:]),
                          task.num_classes)
-    points = []
-    for b in parsed.batch_sizes:
-        for f in parsed.gpu_frequencies_hz or ():
-            truth = ground_truth(board, cost, b, f)
-            points.append(ProfilePoint(batch_size=b, gpu_freq_hz=f,
-                                       time_per_sample_s=truth.time_per_sample_s,
-                                       peak_power_w=truth.peak_power_w,
-                                       mean_power_w=truth.mean_power_w))
     name = mf.profile_configmap_name(key)
     kube.create(api_path("v1", "configmaps", namespace), {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": {LABEL_CACHE: "profile", LABEL_CACHE_KEY: key}},
-        "data": {"profile.csv": format_profile_csv(points)}})
+        "data": profile_files(parsed, board, l4t, cost, work_s=0.0)})
     return name
 
 
