@@ -9,14 +9,19 @@ root) at a directory with the same layout. Writes go through `write_value`, whic
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 ENV_SYSFS_ROOT = "EDGETRAIN_SYSFS_ROOT"
 
 WriteHook = Callable[[Path, str], None]
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 _hooks: dict[Path, WriteHook] = {}
 _hooks_lock = threading.Lock()
@@ -78,5 +83,34 @@ def write_value(path: Path, value: str) -> None:
     if hook is not None:
         hook(path, value)
         return
-    with open(path, "w") as fh:
+    with _stop_signals_deferred(), open(path, "w") as fh:
         fh.write(value)
+
+
+@contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """Run SIGINT/SIGTERM handlers only after the block, so a store is never cut in half.
+
+    Our CLIs turn SIGTERM into KeyboardInterrupt to restore the GPU range. Raised between the
+    truncate and the write, it left a twin's plain file empty: the restore then read nothing
+    and the range stayed pinned. Handlers run in the main thread only, so other threads pass.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous: dict[signal.Signals, _Handler] = {}
+    try:
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(stop) is not None:  # None: set outside Python; left alone
+                previous[stop] = signal.signal(stop, lambda n, _f: caught.append(n))
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+        for signum in caught:
+            handler = previous[signal.Signals(signum)]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)

@@ -57,6 +57,9 @@ from edgetrain.device.sysfs import register_write_hook, unregister_write_hook
 SHUNT_MILLIOHM = 5.0  # ESTIMATE: shunt resistor used only for the hwmon in4-in7 files
 THERMAL_FILE_PERIOD_S = 0.25
 STATE_FILE_PERIOD_S = 0.05
+# How long devfreq files may read empty or inverted before the twin calls the store failed:
+# longer than a busy writer takes between its truncate and write, or between its two stores.
+DEVFREQ_REPAIR_S = 1.0
 DECOY_DEVFREQ = ("15340000.vic", "vic")  # a non-GPU devfreq node discovery must skip
 
 
@@ -119,6 +122,7 @@ class DeviceTwin:
         self.devfreq_dir = self.root / self.spec.gpu_device_dir / "devfreq" / self.spec.devfreq_name
         self._min_hz = self.table[0]
         self._max_hz = self.table[-1]
+        self._devfreq_odd_since: float | None = None
         self._mode = max_power_mode(self.spec)
         self._mode_read_at = -math.inf
         self._workload = TwinWorkload()
@@ -377,26 +381,44 @@ class DeviceTwin:
             atomic_write(self.devfreq_dir / "min_freq", f"{min_hz}\n")
             atomic_write(self.devfreq_dir / "max_freq", f"{max_hz}\n")
 
-    def _reconcile_devfreq(self) -> None:
+    def _reconcile_devfreq(self, now: float) -> None:
         """Accept (snapped) values other processes wrote straight into the files."""
         try:
             fmin = int((self.devfreq_dir / "min_freq").read_text().split()[0])
             fmax = int((self.devfreq_dir / "max_freq").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             # Caught between another process's truncate and write: look again next tick
-            # (rewriting our stale range here would undo that process's store).
+            # (rewriting our stale range now would undo that store). A kernel attribute is
+            # never empty, so once the writer has plainly died there, put the range back.
+            if self._devfreq_odd_for(now):
+                self._apply_range(self._min_hz, self._max_hz)
             return
         if (fmin, fmax) == (self._min_hz, self._max_hz):
+            self._devfreq_odd_since = None
             return
         new_min, new_max = self._snap(fmin), self._snap(fmax)
         if new_min > new_max and self.spec.order_sensitive_devfreq:
-            new_min, new_max = self._min_hz, self._max_hz  # the offending store "failed"
+            # Two files read between another process's two stores look inverted; only a pair
+            # that stays inverted is a store the 4.9 kernel would have failed.
+            if self._devfreq_odd_for(now):
+                self._apply_range(self._min_hz, self._max_hz)
+            return
+        self._devfreq_odd_since = None
         if (new_min, new_max) == (fmin, fmax):
             # Valid values another process wrote: adopt them without rewriting the files, or a
             # rewrite from this stale read could undo that process's next store (lost update).
             self._min_hz, self._max_hz = new_min, new_max
             return
         self._apply_range(new_min, new_max)
+
+    def _devfreq_odd_for(self, now: float) -> bool:
+        """True once the devfreq files have read empty or inverted for DEVFREQ_REPAIR_S."""
+        if self._devfreq_odd_since is None:
+            self._devfreq_odd_since = now
+        if now - self._devfreq_odd_since < DEVFREQ_REPAIR_S:
+            return False
+        self._devfreq_odd_since = None
+        return True
 
     # ------------------------------------------------------------------ ticks
     def _read_mode(self, now: float) -> None:
@@ -464,7 +486,7 @@ class DeviceTwin:
             now = time.monotonic() if now is None else now
             dt = 0.0 if self._last_tick_s is None else max(0.0, now - self._last_tick_s)
             self._last_tick_s = now
-            self._reconcile_devfreq()
+            self._reconcile_devfreq(now)
             self._read_mode(now)
             self._read_workload(now)
             wl = self._workload
