@@ -400,7 +400,7 @@ def test_a_worker_that_cannot_start_says_why_then_fails(fleet: Fleet) -> None:
 
 
 SITE_CAP_W = 9.0
-# The site's jobs: JOB on a data set of their own size, so their cache keys are their own.
+# The site's jobs: JOB on a data set of their own size, so their profile's key is their own.
 SITE_DATASET = {"dataset": {"name": "mnist", "limit": 2900}}
 
 
@@ -416,9 +416,10 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
     names = ["site-1", "site-2", "site-3"]
     spec = {"placement": {"nodeSelector": {"edgetrain.io/site": site}}, **SITE_DATASET}
     nodes = fleet.add_nanos("site", 3, agents=True)
-    # Their own cache keys, seeded: the walk's profile was measured on a twin as starved as the
+    # A profile of their own, seeded: the walk's was measured on a twin as starved as the
     # machine (its cheapest point once read 1.86 W, near the Nano's idle draw, and then the
-    # 9-W cap left no point above it); profiling and its faults are the walk's to test.
+    # 9-W cap left no point above it); profiling and its faults are the walk's to test. The
+    # efficiency vector's key names the proxy set only: the walk's, where it ran, is kept.
     site_spec = job_manifest("site", **{**JOB, **spec})["spec"]
     seed_efficiency(fleet.kube, fleet.ns, site_spec, (2048.0,))
     seed_profile(fleet.kube, fleet.ns, site_spec, nodes[0])

@@ -197,16 +197,21 @@ def shared_ns(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
 
 def seed_efficiency(kube: KubeClient, namespace: str, spec: dict[str, Any],
                     samples_to_accuracy: tuple[float, ...] = (2048.0, 3072.0)) -> None:
-    """A job's efficiency vector in the namespace's cache, so its estimate is a cache hit."""
+    """A job's efficiency vector in the namespace's cache, so its estimate is a cache hit; a
+    vector already there (another job's of the same key) is kept, as the cache keeps it."""
     parsed = PowerAwareTrainingJobSpec.model_validate(spec)
     key = efficiency_cache_key(parsed, mf.weights_identity(parsed))
     vector = EfficiencyVector.from_samples(
         model=parsed.model.architecture, dataset=parsed.dataset.name,
         target_accuracy=parsed.target_accuracy, batch_sizes=list(parsed.batch_sizes),
         samples_to_accuracy=list(samples_to_accuracy))
-    kube.create(api_path("v1", "configmaps", namespace), {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": mf.efficiency_configmap_name(key),
-                     "labels": {"edgetrain.io/cache": "efficiency",
-                                "edgetrain.io/cache-key": key}},
-        "data": {"efficiency.json": vector.model_dump_json()}})
+    try:
+        kube.create(api_path("v1", "configmaps", namespace), {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": mf.efficiency_configmap_name(key),
+                         "labels": {"edgetrain.io/cache": "efficiency",
+                                    "edgetrain.io/cache-key": key}},
+            "data": {"efficiency.json": vector.model_dump_json()}})
+    except KubeApiError as exc:
+        if exc.code != 409:
+            raise
