@@ -275,6 +275,11 @@ class KubeClient:
         """GET an object or a list."""
         return self.request("GET", path, params=params)
 
+    def get_text(self, path: str) -> str:
+        """GET an endpoint that answers text, such as /metrics."""
+        resp = self._call("GET", path, [], None, "application/json", self.timeout_s)
+        return str(resp.read().decode(errors="replace"))
+
     def get_or_none(self, path: str) -> Obj | None:
         """GET, or None on 404."""
         try:

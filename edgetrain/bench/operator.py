@@ -43,6 +43,7 @@ from edgetrain.bench.operator_fleet import (
     MIB,
     ApiRequests,
     ProcReading,
+    apiserver_request_counts,
     apply_crds,
     audit_args,
     audit_log_path,
@@ -89,6 +90,8 @@ class OperatorBenchConfig(BaseModel):
     deadline_s: float = Field(default=1800.0, gt=0, description="from the first job created")
     poll_interval_s: float | None = Field(default=None, description="None: the operator's own")
     submit_workers: int = Field(default=4, ge=1)
+    idle_window_s: float = Field(default=15.0, ge=0, description="the control plane's own load"
+                                 " is sampled this long before the first job (0: not at all)")
 
 
 class LatencyStats(BaseModel):
@@ -147,6 +150,13 @@ class OperatorBenchResult(BaseModel):
     operator_cpu_s: float
     operator_cpu_percent: float
     control_plane: dict[str, ComponentUsage]
+    # The same processes over idle_window_s before the first job: the idle fleet's own cost
+    # (kwok's leases and node status), the baseline the jobs' window adds to.
+    control_plane_idle: dict[str, ComponentUsage] = {}
+    # Every client's requests in the jobs' window (the API server's apiserver_request_total):
+    # kwok, the controllers, the scheduler, the bench's fake worker and the operator.
+    apiserver_requests: int = 0
+    apiserver_requests_top: dict[str, int] = {}
     node_list_mb: float  # one GET /api/v1/nodes answer
     objects_created: dict[str, int]
     # Estimate Job seen → the job past EstimatingEfficiency (its vector merged), per job.
@@ -563,8 +573,15 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
 
             watches.add(api_path("v1", "pods", NAMESPACE), on_pod)
             time.sleep(1.0)  # let the watches list before the first job appears
+            baseline = _Sampler(pids)
+            if config.idle_window_s > 0:
+                reporter.event("baseline", idle_window_s=config.idle_window_s)
+                baseline.start()
+                time.sleep(config.idle_window_s)
+                baseline.finish()
             load_before = os.getloadavg()[0]
             idle_rss = read_proc(operator.pid)
+            requests_before = apiserver_request_counts(kube.get_text("/metrics"))
             start_epoch = time.time()
             sampler.start()
             started = time.monotonic()
@@ -574,6 +591,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             end = _wait_jobs(tracker, started + config.deadline_s, reporter, operator)
             sampler.finish()
             end_epoch = time.time()
+            all_requests = apiserver_request_counts(kube.get_text("/metrics"))
+            all_requests.subtract(requests_before)
             window = end - started
         finally:
             watches.close()
@@ -584,9 +603,11 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         op_errors = operator_log_errors(root / "logs" / "operator.log")
     if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
         shutil.rmtree(root, ignore_errors=True)
+    idle_usage = {n: baseline.usage(n, config.idle_window_s) for n in baseline.first
+                  if n != "operator"}
     return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
                    load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s,
-                   ready_s)
+                   ready_s, idle_usage, +all_requests)
 
 
 def operator_log_errors(path: Path, limit: int = 10) -> list[str]:
@@ -645,7 +666,8 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
             counts: dict[str, int], node_list_mb: float, load_before: float,
             idle: ProcReading | None, peak: ProcReading | None,
             errors: list[str], operator_errors: list[str], submit_s: float,
-            ready_s: float) -> OperatorBenchResult:
+            ready_s: float, idle_usage: dict[str, ComponentUsage],
+            all_requests: Counter[str]) -> OperatorBenchResult:
     per_kind: dict[str, list[float | None]] = {"start": [], "efficiency": [], "profiles": [],
                                                "training": []}
     for track in tracker.jobs.values():
@@ -689,6 +711,9 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         operator_cpu_s=op.cpu_s,
         operator_cpu_percent=op.cpu_percent,
         control_plane={n: sampler.usage(n, window_s) for n in sampler.pids if n != "operator"},
+        control_plane_idle=idle_usage,
+        apiserver_requests=sum(all_requests.values()),
+        apiserver_requests_top=dict(all_requests.most_common(15)),
         node_list_mb=round(node_list_mb, 2),
         objects_created=dict(tracker.counts),
         estimate_phase=latency_stats([estimate_phase_s(t) for t in tracker.jobs.values()

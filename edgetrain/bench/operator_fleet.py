@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,23 @@ def audit_args(run_dir: Path) -> list[str]:
         "--audit-log-format=json",
         "--audit-log-maxsize=0",  # no rotation: the bench reads one file
     ]
+
+
+_REQUEST_TOTAL = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def apiserver_request_counts(metrics_text: str) -> Counter[str]:
+    """Requests the API server has answered, from every client, by "VERB resource[/sub]"
+    (its `apiserver_request_total`, summed over codes and versions)."""
+    counts: Counter[str] = Counter()
+    for labels_text, value in _REQUEST_TOTAL.findall(metrics_text):
+        labels = dict(_LABEL.findall(labels_text))
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource = f"{resource}/{labels['subresource']}"
+        counts[f"{labels.get('verb', '')} {resource}".strip()] += int(float(value))
+    return counts
 
 
 def audit_log_path(run_dir: Path) -> Path:

@@ -60,6 +60,10 @@ def bench_operator(
     deadline: Annotated[
         float, typer.Option(min=1, help="Give up on unfinished jobs after this many seconds.")
     ] = 1800.0,
+    idle_window: Annotated[
+        float, typer.Option(min=0, help="Seconds the idle fleet's control plane is sampled"
+                            " before the first job: the baseline (0: none).")
+    ] = 15.0,
     run_dir: Annotated[
         Path | None, typer.Option(help="Keep the cluster's files (logs, audit log) here;"
                                   " default: a temporary folder.")
@@ -92,7 +96,7 @@ def bench_operator(
             jobs=jobs, nodes=nodes, boards=names, servers=servers, server_gpus=server_gpus,
             seeds=seeds,
             power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
-            deadline_s=deadline, poll_interval_s=poll_interval)
+            deadline_s=deadline, poll_interval_s=poll_interval, idle_window_s=idle_window)
         command = shlex.join(["edgetrain", *sys.argv[1:]])
         with Reporter(stream=sys.stderr if json_output else None) as reporter:
             result = run_bench(config, reporter, command=command, run_dir=run_dir)
@@ -140,8 +144,13 @@ def result_table(result: OperatorBenchResult) -> Table:
         ("operator CPU", f"{result.operator_cpu_s:.1f} s ({result.operator_cpu_percent:.0f} %)"),
     ]
     for name, usage in result.control_plane.items():
-        rows.append((f"{name} CPU, peak RSS",
-                     f"{usage.cpu_s:.1f} s ({usage.cpu_percent:.0f} %), {usage.rss_mb:.0f} MiB"))
+        idle = result.control_plane_idle.get(name)
+        before = "" if idle is None else f"; idle fleet {idle.cpu_percent:.0f} %"
+        rows.append((f"{name} CPU, peak RSS", f"{usage.cpu_s:.1f} s ({usage.cpu_percent:.0f} %"
+                     f"{before}), {usage.rss_mb:.0f} MiB"))
+    if result.apiserver_requests:
+        top = ", ".join(f"{k} {v:,}" for k, v in list(result.apiserver_requests_top.items())[:5])
+        rows.append(("API requests of every client", f"{result.apiserver_requests:,} ({top})"))
     rows.append(("one node list", f"{result.node_list_mb:.1f} MiB"))
     est = result.estimate_phase
     if est is not None and est.count:

@@ -172,8 +172,8 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     must come from a wake-up: an input landing, seen by the operator's watches."""
     proc = run_edgetrain("bench", "operator", "--jobs", "3", "--nodes", "20", "--work", "0.2",
                          "--servers", "2", "--server-gpus", "1",
-                         "--poll-interval", "3600", "--deadline", "240", "--json",
-                         "--run-dir", str(tmp_path / "run"))
+                         "--poll-interval", "3600", "--deadline", "240", "--idle-window", "2",
+                         "--json", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert {"jobs_succeeded", "decision_p95_s", "operator_rss_mb", "api_requests_per_job",
@@ -189,6 +189,12 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert result["transitions"]["training"]["count"] == 3
     assert result["decisions"] >= 9 and result["decision_p95_s"] is not None
     assert result["api_requests"] > 0 and result["operator_rss_mb"] > 0
+    # The idle fleet's baseline, and every client's requests: the operator's are among them.
+    assert set(result["control_plane_idle"]) == set(result["control_plane"])
+    assert result["control_plane_idle"]["kube-apiserver"]["cpu_s"] > 0
+    assert result["apiserver_requests"] >= result["api_requests"]
+    top = result["apiserver_requests_top"]
+    assert len(top) == 15 and sum(top.values()) <= result["apiserver_requests"], top
     assert result["objects_created"]["Job estimate"] == 3
     assert result["objects_created"]["Job train"] == 3
     # Each estimate is an Indexed Job of two runs; the six runs went to both GPU servers (one
