@@ -279,6 +279,7 @@ def test_measured_draw_is_the_agents_sum(
             manifests = [job_manifest(n, placement={"nodeSelector": {
                 "edgetrain.io/site": budget}}, **LONGER) for n in names]
             seed_efficiency(kube, namespace, manifests[0]["spec"])
+            seed_profile(kube, namespace, manifests[0]["spec"], nodes[0])  # both tested elsewhere
             for body in manifests:
                 kube.create(patj_path(namespace), body)
             deadline = time.monotonic() + 600
