@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,56 +93,54 @@ def test_new_kernel_accepts_any_order(tmp_path: Path) -> None:
         twin.stop()
 
 
-def test_cross_process_writes_are_reconciled(tmp_path: Path) -> None:
+@pytest.fixture
+def built_nano(tmp_path: Path) -> Iterator[tuple[DeviceTwin, GpuDevfreq]]:
+    """A Nano twin that ticks only when told (`tick(now=...)`), and its devfreq node."""
     twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
     try:
-        node = GpuDevfreq.discover(tmp_path)
-        # Another process writes the plain file (no hook): a between-OPP value snaps up [R22].
-        (node.path / "max_freq").write_text("600000000\n")
-        twin.tick()
-        assert node.max_freq_hz() == 614_400_000
-        assert node.cur_freq_hz() == 76_800_000  # idle: the governor sits at min_freq
-        twin.set_workload("resnet8", 16)
-        assert node.cur_freq_hz() == 614_400_000  # busy: up to max_freq
-        # On a 4.9 board an inconsistent pair is reverted, as a failed store would leave it,
-        # once it has stayed inconsistent (a pair read between two stores looks the same).
-        (node.path / "min_freq").write_text("921600000\n")
-        twin.tick(now=100.0)
-        assert node.min_freq_hz() == 921_600_000
-        twin.tick(now=100.0 + DEVFREQ_REPAIR_S)
-        assert node.current_range() == FrequencyRange(
-            min_freq_hz=76_800_000, max_freq_hz=614_400_000
-        )
+        yield twin, GpuDevfreq.discover(tmp_path)
     finally:
         twin.stop()
 
 
-def test_a_pair_read_between_two_stores_is_not_undone(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
-    try:
-        node = GpuDevfreq.discover(tmp_path)
-        # Another process pins 921.6 MHz: min first, then max. The twin ticks in between.
-        (node.path / "min_freq").write_text("921600000\n")
-        (node.path / "max_freq").write_text("76800000\n")  # the other file, as a tick reads it
-        twin.tick(now=100.0)
-        (node.path / "max_freq").write_text("921600000\n")
-        twin.tick(now=100.1)
-        assert node.current_range() == FrequencyRange(
-            min_freq_hz=921_600_000, max_freq_hz=921_600_000
-        )
-    finally:
-        twin.stop()
+def test_cross_process_writes_are_reconciled(built_nano: tuple[DeviceTwin, GpuDevfreq]) -> None:
+    twin, node = built_nano
+    # Another process writes the plain file (no hook): a between-OPP value snaps up [R22].
+    (node.path / "max_freq").write_text("600000000\n")
+    twin.tick()
+    assert node.max_freq_hz() == 614_400_000
+    assert node.cur_freq_hz() == 76_800_000  # idle: the governor sits at min_freq
+    twin.set_workload("resnet8", 16)
+    assert node.cur_freq_hz() == 614_400_000  # busy: up to max_freq
+    # On a 4.9 board an inconsistent pair is reverted, as a failed store would leave it,
+    # once it has stayed inconsistent (a pair read between two stores looks the same).
+    (node.path / "min_freq").write_text("921600000\n")
+    twin.tick(now=100.0)
+    assert node.min_freq_hz() == 921_600_000
+    twin.tick(now=100.0 + DEVFREQ_REPAIR_S)
+    assert node.current_range() == FrequencyRange(min_freq_hz=76_800_000, max_freq_hz=614_400_000)
 
 
-def test_a_file_left_empty_by_a_dead_writer_is_repaired(tmp_path: Path) -> None:
-    twin = DeviceTwin("jetson-nano", tmp_path, noise_rel=0.0, cost_of=workload_cost).build()
-    try:
-        node = GpuDevfreq.discover(tmp_path)
-        before = node.current_range()
-        (node.path / "max_freq").write_text("")  # killed between its truncate and write
-        twin.tick(now=100.0)
-        assert (node.path / "max_freq").read_text() == ""  # the writer may still finish
-        twin.tick(now=100.0 + DEVFREQ_REPAIR_S)
-        assert node.current_range() == before
-    finally:
-        twin.stop()
+def test_a_pair_read_between_two_stores_is_not_undone(
+    built_nano: tuple[DeviceTwin, GpuDevfreq],
+) -> None:
+    twin, node = built_nano
+    # Another process pins 921.6 MHz: min first, then max. The twin ticks in between.
+    (node.path / "min_freq").write_text("921600000\n")
+    (node.path / "max_freq").write_text("76800000\n")  # the other file, as a tick reads it
+    twin.tick(now=100.0)
+    (node.path / "max_freq").write_text("921600000\n")
+    twin.tick(now=100.1)
+    assert node.current_range() == FrequencyRange(min_freq_hz=921_600_000, max_freq_hz=921_600_000)
+
+
+def test_a_file_left_empty_by_a_dead_writer_is_repaired(
+    built_nano: tuple[DeviceTwin, GpuDevfreq],
+) -> None:
+    twin, node = built_nano
+    before = node.current_range()
+    (node.path / "max_freq").write_text("")  # killed between its truncate and write
+    twin.tick(now=100.0)
+    assert (node.path / "max_freq").read_text() == ""  # the writer may still finish
+    twin.tick(now=100.0 + DEVFREQ_REPAIR_S)
+    assert node.current_range() == before
