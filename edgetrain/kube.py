@@ -275,10 +275,14 @@ class KubeClient:
         """GET an object or a list."""
         return self.request("GET", path, params=params)
 
+    def get_bytes(self, path: str, timeout_s: float | None = None) -> bytes:
+        """GET an endpoint that answers something other than JSON (/metrics, /debug/pprof)."""
+        resp = self._call("GET", path, [], None, "application/json", timeout_s or self.timeout_s)
+        return bytes(resp.read())
+
     def get_text(self, path: str) -> str:
         """GET an endpoint that answers text, such as /metrics."""
-        resp = self._call("GET", path, [], None, "application/json", self.timeout_s)
-        return str(resp.read().decode(errors="replace"))
+        return self.get_bytes(path).decode(errors="replace")
 
     def get_or_none(self, path: str) -> Obj | None:
         """GET, or None on 404."""

@@ -64,6 +64,7 @@ from edgetrain.workloads.catalog import DATASETS
 from edgetrain.workloads.progress import Reporter
 
 NAMESPACE = "edgetrain-bench"
+APISERVER_PROFILE = "kube-apiserver-cpu.pprof"
 DEFAULT_BOARDS = ("jetson-nano", "jetson-orin-nano", "jetson-xavier-nx", "jetson-agx-orin")
 FINAL = ("Succeeded", "Failed")
 # The phases after each input, in order: any of them observed means the operator has decided.
@@ -92,6 +93,9 @@ class OperatorBenchConfig(BaseModel):
     submit_workers: int = Field(default=4, ge=1)
     idle_window_s: float = Field(default=15.0, ge=0, description="the control plane's own load"
                                  " is sampled this long before the first job (0: not at all)")
+    apiserver_profile_s: float = Field(default=0.0, ge=0, description="a CPU profile of the API"
+                                       " server over this many seconds from the first job"
+                                       " (kube-apiserver-cpu.pprof in the run folder; 0: none)")
 
 
 class LatencyStats(BaseModel):
@@ -428,7 +432,7 @@ class _Sampler:
 
 
 @contextmanager
-def _cluster(run_dir: Path) -> Iterator[LocalCluster]:
+def _cluster(run_dir: Path, profiling: bool = False) -> Iterator[LocalCluster]:
     binaries.ensure_binaries()
     stages = run_dir / "kwok-stages.yaml"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -436,6 +440,8 @@ def _cluster(run_dir: Path) -> Iterator[LocalCluster]:
     # New Nodes get no not-ready taint (TaintNodesByCondition): the node lifecycle controller
     # lifts it one node at a time, which takes many minutes for thousands of nodes here.
     args = [*audit_args(run_dir), "--disable-admission-plugins=TaintNodesByCondition"]
+    if profiling:  # LocalCluster turns it off; a later flag wins
+        args.append("--profiling=true")
     cluster = LocalCluster(run_dir, kwok_config=stages, apiserver_args=args)
     cluster.start()
     try:
@@ -516,7 +522,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
     counts = node_counts(config.nodes, boards)
     root = run_dir or Path(tempfile.mkdtemp(prefix="edgetrain-bench-operator-"))
     reporter.event("cluster", run_dir=str(root))
-    with _cluster(root) as cluster, cluster.client() as kube:
+    with _cluster(root, profiling=config.apiserver_profile_s > 0) as cluster, \
+            cluster.client() as kube:
         nodes: dict[str, tuple[str, str | None]] = {}
         bodies = []
         for board, count in counts.items():
@@ -584,6 +591,10 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             requests_before = apiserver_request_counts(kube.get_text("/metrics"))
             start_epoch = time.time()
             sampler.start()
+            profiler = None
+            if config.apiserver_profile_s > 0:
+                profiler = _profile_apiserver(kube, config.apiserver_profile_s,
+                                              root / APISERVER_PROFILE, worker.errors)
             started = time.monotonic()
             _submit(kube, manifests, tracker, config.submit_workers)
             submit_s = time.monotonic() - started
@@ -591,6 +602,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             end = _wait_jobs(tracker, started + config.deadline_s, reporter, operator)
             sampler.finish()
             end_epoch = time.time()
+            if profiler is not None:  # a profile longer than the jobs' window ends later
+                profiler.join(timeout=config.apiserver_profile_s + 35)
             all_requests = apiserver_request_counts(kube.get_text("/metrics"))
             all_requests.subtract(requests_before)
             window = end - started
@@ -608,6 +621,23 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
     return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
                    load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s,
                    ready_s, idle_usage, +all_requests)
+
+
+def _profile_apiserver(kube: KubeClient, seconds: float, out: Path,
+                       errors: list[str]) -> threading.Thread:
+    """Take the API server's CPU profile over the next `seconds` in a thread (its answer comes
+    at the end); read it with `go tool pprof -top -cum <kube-apiserver binary> <out>`."""
+
+    def take() -> None:
+        try:
+            out.write_bytes(kube.get_bytes(f"/debug/pprof/profile?seconds={seconds:g}",
+                                           timeout_s=seconds + 30))
+        except (KubeApiError, OSError) as exc:
+            errors.append(f"API server profile: {exc}")
+
+    thread = threading.Thread(target=take, name="apiserver-profile", daemon=True)
+    thread.start()
+    return thread
 
 
 def operator_log_errors(path: Path, limit: int = 10) -> list[str]:

@@ -64,6 +64,11 @@ def bench_operator(
         float, typer.Option(min=0, help="Seconds the idle fleet's control plane is sampled"
                             " before the first job: the baseline (0: none).")
     ] = 15.0,
+    apiserver_profile: Annotated[
+        float, typer.Option(min=0, help="Take the API server's CPU profile over this many"
+                            " seconds from the first job, into kube-apiserver-cpu.pprof in"
+                            " --run-dir (0: none).")
+    ] = 0.0,
     run_dir: Annotated[
         Path | None, typer.Option(help="Keep the cluster's files (logs, audit log) here;"
                                   " default: a temporary folder.")
@@ -96,7 +101,10 @@ def bench_operator(
             jobs=jobs, nodes=nodes, boards=names, servers=servers, server_gpus=server_gpus,
             seeds=seeds,
             power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
-            deadline_s=deadline, poll_interval_s=poll_interval, idle_window_s=idle_window)
+            deadline_s=deadline, poll_interval_s=poll_interval, idle_window_s=idle_window,
+            apiserver_profile_s=apiserver_profile)
+        if apiserver_profile > 0 and run_dir is None:
+            raise BadInputError("--apiserver-profile writes into the run folder: give --run-dir")
         command = shlex.join(["edgetrain", *sys.argv[1:]])
         with Reporter(stream=sys.stderr if json_output else None) as reporter:
             result = run_bench(config, reporter, command=command, run_dir=run_dir)

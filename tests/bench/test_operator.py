@@ -173,7 +173,7 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     proc = run_edgetrain("bench", "operator", "--jobs", "3", "--nodes", "20", "--work", "0.2",
                          "--servers", "2", "--server-gpus", "1",
                          "--poll-interval", "3600", "--deadline", "240", "--idle-window", "2",
-                         "--json", "--run-dir", str(tmp_path / "run"))
+                         "--apiserver-profile", "2", "--json", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert {"jobs_succeeded", "decision_p95_s", "operator_rss_mb", "api_requests_per_job",
@@ -195,6 +195,8 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert result["apiserver_requests"] >= result["api_requests"]
     top = result["apiserver_requests_top"]
     assert len(top) == 15 and sum(top.values()) <= result["apiserver_requests"], top
+    # The API server's CPU profile: pprof's gzipped protobuf.
+    assert (tmp_path / "run" / "kube-apiserver-cpu.pprof").read_bytes()[:2] == b"\x1f\x8b"
     assert result["objects_created"]["Job estimate"] == 3
     assert result["objects_created"]["Job train"] == 3
     # Each estimate is an Indexed Job of two runs; the six runs went to both GPU servers (one
@@ -211,6 +213,7 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
         (["--boards", "server"], "--boards: 'server' is not a Jetson board"),
         (["--boards", "nano,tx9"], "--boards: unknown board 'tx9'"),
         (["--power-limits", "5,x"], "--power-limits: expected comma-separated positive numbers"),
+        (["--apiserver-profile", "30"], "--apiserver-profile writes into the run folder"),
     ],
 )
 def test_bad_options_exit_2_before_any_cluster(args: list[str], message: str) -> None:
