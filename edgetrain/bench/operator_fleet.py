@@ -7,13 +7,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from edgetrain.api.crd import CRD_NAME
@@ -80,20 +80,21 @@ def audit_args(run_dir: Path) -> list[str]:
     ]
 
 
-_REQUEST_TOTAL = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.M)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
 def apiserver_request_counts(metrics_text: str) -> Counter[str]:
     """Requests the API server has answered, from every client, by "VERB resource[/sub]"
     (its `apiserver_request_total`, summed over codes and versions)."""
     counts: Counter[str] = Counter()
-    for labels_text, value in _REQUEST_TOTAL.findall(metrics_text):
-        labels = dict(_LABEL.findall(labels_text))
-        resource = labels.get("resource", "")
-        if labels.get("subresource"):
-            resource = f"{resource}/{labels['subresource']}"
-        counts[f"{labels.get('verb', '')} {resource}".strip()] += int(float(value))
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource = f"{resource}/{labels['subresource']}"
+            counts[f"{labels.get('verb', '')} {resource}".strip()] += int(sample.value)
     return counts
 
 

@@ -84,12 +84,16 @@ class Fleet:
 
     # --- jobs ---
 
+    def manifest(self, name: str, **spec: Any) -> dict[str, Any]:
+        """A job of JOB on the pool, `spec` overriding."""
+        return job_manifest(name, **{"placement": {"nodeSelector": {
+            "edgetrain.io/pool": self.pool}}, **JOB, **spec})
+
     def create(self, name: str, hold: tuple[str, ...] = (), **spec: Any) -> str:
         """Create a job of JOB on the pool, `spec` overriding; `hold` phases (estimate, train)
         pause at their first progress line until `release_hold` (the operator's fault
         injection)."""
-        manifest = job_manifest(name, **{"placement": {"nodeSelector": {
-            "edgetrain.io/pool": self.pool}}, **JOB, **spec})
+        manifest = self.manifest(name, **spec)
         if hold:
             manifest["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: ",".join(hold)}
         self.held[name] = hold

@@ -28,7 +28,6 @@ from edgetrain.operator.phases import unix_seconds
 from tests.faults.causes import blocked_workers, said_at
 from tests.faults.conftest import (
     CHECKPOINT_INTERVAL,
-    JOB,
     LEASE,
     SUMMARY,
     FaultRecord,
@@ -46,7 +45,7 @@ from tests.operator.budgets import (
     site_options,
     training_with_samples,
 )
-from tests.operator.conftest import job_manifest, patj_path, seed_efficiency
+from tests.operator.conftest import patj_path, seed_efficiency
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # A takeover waits for the Lease to expire on the standby's clock (lease duration after the
@@ -420,7 +419,7 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
     # machine (its cheapest point once read 1.86 W, near the Nano's idle draw, and then the
     # 9-W cap left no point above it); profiling and its faults are the walk's to test. The
     # efficiency vector's key names the proxy set only: the walk's, where it ran, is kept.
-    site_spec = job_manifest("site", **{**JOB, **spec})["spec"]
+    site_spec = fleet.manifest("site", **spec)["spec"]
     seed_efficiency(fleet.kube, fleet.ns, site_spec, (2048.0,))
     seed_profile(fleet.kube, fleet.ns, site_spec, nodes[0])
     create_budget(fleet.kube, site, {"edgetrain.io/site": site}, SITE_CAP_W)
