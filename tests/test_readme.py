@@ -46,6 +46,11 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     edgetrain runs outside the cluster but the control plane and the virtual nodes."""
     script = block("On a cluster")
     assert "helm install" in script and "kubectl logs" in script
+    # The job runs in a namespace that enforces Pod Security `restricted`, and succeeds there.
+    jobs = re.search(r"worker\.namespaces=\{([\w-]+)\}", script)
+    assert jobs is not None, script
+    assert (f"kubectl label namespace {jobs[1]} pod-security.kubernetes.io/enforce=restricted"
+            in script) and f"kubectl apply -n {jobs[1]} " in script, script
     # The block's last command tears the cluster down: run it after looking inside.
     body, last = script.rstrip().rsplit("\n", 1)
     assert last.split("#")[0].strip() == "edgetrain cluster down", last

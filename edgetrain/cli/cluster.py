@@ -16,6 +16,7 @@ from rich.table import Table
 
 from edgetrain import __version__
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
+from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
@@ -32,7 +33,7 @@ from edgetrain.cluster.realnode import (
     server_labels,
     teardown,
 )
-from edgetrain.cluster.vnode import VNodeAgent
+from edgetrain.cluster.vnode import VNodeAgent, prepare_shared_dir
 from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready
 
 app = typer.Typer(
@@ -271,6 +272,10 @@ def vnodes(
     cluster_pki: Annotated[Path | None, typer.Option(
         help="The cluster's PKI dir (ca.crt, ca.key): kubelet endpoints get certificates "
              "the API server trusts. Without it they are self-signed.")] = None,
+    shared_dir: Annotated[list[Path] | None, typer.Option(
+        help="A host directory the pods share, made writable by the worker UID "
+             f"{WORKER_UID} (repeatable; default the operator's checkpoint root "
+             f"{DEFAULT_CHECKPOINT_DIR}).")] = None,
 ) -> None:
     """Attach virtual Jetson nodes to a cluster (ours, kind, k3s) and run their pods locally."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -280,10 +285,17 @@ def vnodes(
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     specs = node_specs(_counts(jetson), server, prefix)
+    for path in shared_dir or []:
+        try:
+            prepare_shared_dir(path)
+        except OSError as exc:
+            err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
+            raise typer.Exit(2) from exc
     agent = VNodeAgent(
         client, specs, (work_dir or Path.home() / ".cache" / "edgetrain" / "vnodes").resolve(),
         restart_backoff_s=restart_backoff_s, delete_nodes_on_stop=not keep_nodes,
         cluster_ca=Pki(cluster_pki) if cluster_pki is not None else None,
+        shared_dirs=shared_dir or (Path(DEFAULT_CHECKPOINT_DIR),),
     )
     try:
         agent.start()

@@ -155,15 +155,19 @@ def worker_command(
             " (fault injection)."
         ),
     ] = None,
+    # readable=False on paths a pod's mounts give: click's check is access(2), i.e. the real
+    # UID without capabilities, which refuses what a virtual node's non-root pod may read
+    # (docs/cluster.md, "One deviation"); reading them says what is wrong instead.
     carry_from: Annotated[
-        Path | None, typer.Option(help="Checkpoint folder of the previous run (re-plan).")
+        Path | None, typer.Option(help="Checkpoint folder of the previous run (re-plan).",
+                                  readable=False)
     ] = None,
     carry_to: Annotated[Path | None, typer.Option(help="Weights file made from it.")] = None,
     pretrain: Annotated[
         str | None, typer.Option(help="Pretrain recipe JSON; its weights are passed on.")
     ] = None,
     sa_dir: Annotated[
-        Path | None, typer.Option(help="Service-account mount (token, ca.crt).")
+        Path | None, typer.Option(help="Service-account mount (token, ca.crt).", readable=False)
     ] = None,
 ) -> None:
     """Run a workload in an operator pod and publish its results as ConfigMaps."""

@@ -112,7 +112,7 @@ def estimate_command(
     target_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Efficiency JSON to write.")],
     weights: Annotated[
-        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).")
+        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).", readable=False)
     ] = None,
     optimizer: OptimizerName = OptimizerName.adam,
     learning_rate: Annotated[float, typer.Option(help="At the reference batch size.")] = 5e-4,
@@ -222,11 +222,13 @@ def train_command(
     dataset: Annotated[str, typer.Option(help="Target data set to fine-tune on.")],
     batch_size: Annotated[int, typer.Option(min=1)],
     target_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0)],
+    # readable=False: see `edgetrain worker --sa-dir` (click's access(2) check, cli/operator.py).
     checkpoint_dir: Annotated[
-        Path, typer.Option(help="Checkpoints go here; a rerun with the same folder resumes.")
+        Path, typer.Option(help="Checkpoints go here; a rerun with the same folder resumes.",
+                           readable=False)
     ],
     weights: Annotated[
-        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).")
+        Path | None, typer.Option(help="Starting weights (edgetrain pretrain).", readable=False)
     ] = None,
     optimizer: OptimizerName = OptimizerName.adam,
     learning_rate: Annotated[float, typer.Option(help="At the reference batch size.")] = 5e-4,

@@ -11,12 +11,13 @@ import uuid
 from pathlib import Path
 
 from edgetrain.api.keys import ANNOTATION_VNODE_DIR
+from edgetrain.api.pod_security import JETSON_DEVICE_GID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.kubelet import AddressClaim, ContainerLog, KubeletServer
 from edgetrain.cluster.nodes import VNODE_RUNTIME, AgentSettings, VNodeSpec, node_specs
 from edgetrain.cluster.pki import issue_serving_pair
 from edgetrain.cluster.runtime import PodRunner
-from edgetrain.cluster.twin import Twin
+from edgetrain.cluster.twin import Twin, share_with_group
 from edgetrain.kube import KubeApiError, Obj, api_path, now_micro, now_rfc3339
 
 log = logging.getLogger("edgetrain.vnode")
@@ -64,6 +65,7 @@ class VirtualNode:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.spec.profile.kind == "jetson":
             self.twin = self.agent.twin_factory(self.spec.profile.board, self.dir / "twin")
+            share_with_group(self.twin.root, JETSON_DEVICE_GID)
         else:
             (self.dir / "host").mkdir(parents=True, exist_ok=True)
         self._claim = AddressClaim()

@@ -277,9 +277,13 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
             )
             mounts = self._mount(spec, paths)
             term_log = paths.host(spec.get("terminationMessagePath") or TERMINATION_LOG)
-            # The kubelet mounts the termination log read-write into every container.
+            # The kubelet mounts the termination log read-write into every container. The
+            # node's device tree (EDGETRAIN_SYSFS_ROOT: a Jetson's twin) stands for its device
+            # files, which no read-only root covers; its own modes and group still apply, and
+            # the pod's volumes (a read-only /sys) go over it.
+            device = (os.path.realpath(self.node.host_root), False)
             iso = container_isolation(self.pod["spec"], spec,
-                                      [*mounts, (os.path.realpath(term_log), False)],
+                                      [device, *mounts, (os.path.realpath(term_log), False)],
                                       _mountinfo())
         except (ValueError, KubeApiError) as exc:
             c.waiting_reason, c.waiting_message = "CreateContainerConfigError", str(exc)

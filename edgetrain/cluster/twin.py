@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -50,3 +53,25 @@ class SimTwin:
 def default_twin_factory() -> TwinFactory:
     """The device layer's live twin (edgetrain.device.sim)."""
     return SimTwin
+
+
+def share_with_group(root: Path, gid: int) -> None:
+    """Give a twin's tree to the group of a Jetson's GPU device nodes, as L4T gives its device
+    files to `video`: group-writable files, setgid directories (what the twin creates later
+    inherits the group; a replaced file keeps its mode). A non-root pod in the group (the
+    worker pods' supplementalGroups) drives the twin; any other non-root UID only reads it.
+    Only root can hand files to a group: elsewhere the tree stays as it is."""
+    if os.geteuid() != 0:
+        return
+    for top, _dirs, files in os.walk(root):
+        _share(top, gid, stat.S_ISGID | 0o070)
+        for name in files:
+            _share(os.path.join(top, name), gid, 0o060)
+
+
+def _share(path: str, gid: int, bits: int) -> None:
+    # The running twin replaces its files meanwhile: a temporary file may be gone already.
+    with contextlib.suppress(FileNotFoundError):
+        if not os.path.islink(path):
+            os.chown(path, -1, gid)
+            os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) | bits)

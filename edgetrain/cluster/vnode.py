@@ -5,6 +5,7 @@ pod_status.py for the parts)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_GID, WORKER_UID
 from edgetrain.cluster.node import LOOPBACK, VirtualNode
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.pki import Pki
@@ -24,6 +26,16 @@ log = logging.getLogger("edgetrain.vnode")
 
 LEASE_RENEW_S = 10.0
 STATUS_REPORT_S = 60.0
+
+
+def prepare_shared_dir(path: Path, uid: int = WORKER_UID, gid: int = WORKER_GID) -> None:
+    """A host directory every virtual node's pods share (the operator's checkpoint root: the
+    storage a PVC would be elsewhere), owned by the worker UID as fsGroup makes a volume:
+    pods running as it create their folders there. Idempotent; as non-root, only created."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, uid, gid)
+        path.chmod(0o2770)
 
 
 @dataclass
@@ -44,6 +56,9 @@ class VNodeAgent:
     # The cluster's CA: kubelet serving certs are signed with it and only API-server client
     # certs it signed may read logs. None (a foreign cluster): self-signed, any TLS client.
     cluster_ca: Pki | None = None
+    # Host directories the pods share (the operator's checkpoint root), prepared for the
+    # worker UID at start: where that fails (not root) a warning says so.
+    shared_dirs: Sequence[Path] = (Path(DEFAULT_CHECKPOINT_DIR),)
     stop_event: threading.Event = field(default_factory=threading.Event)
     nodes: list[VirtualNode] = field(default_factory=list)
     finished: set[str] = field(default_factory=set)
@@ -64,6 +79,13 @@ class VNodeAgent:
     def start(self) -> VNodeAgent:
         """Register every node and start heartbeats and pod watches."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        for path in self.shared_dirs:
+            try:
+                prepare_shared_dir(path)
+            except OSError as exc:
+                log.warning("shared directory %s not prepared for UID %d: %s (training pods"
+                            " need a checkpoint PVC or another writable root)", path,
+                            WORKER_UID, exc.strerror or exc)
         for spec in self.specs:
             node = VirtualNode(self, spec)
             node.start()

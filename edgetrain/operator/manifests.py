@@ -33,6 +33,7 @@ from edgetrain.api.workload_spec import (
 )
 from edgetrain.kube import SERVICE_ACCOUNT_DIR, Obj
 from edgetrain.operator.settings import OperatorSettings
+from edgetrain.operator.worker_security import jetson_runtime, restrict
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGER = "edgetrain-operator"
@@ -198,21 +199,16 @@ def _container(name: str, settings: OperatorSettings, args: list[str], env: list
     }
 
 
-def _jetson_runtime(settings: OperatorSettings) -> dict[str, str]:
-    """Jetsons reach their GPU through the NVIDIA container runtime, not the device plugin."""
-    rc = settings.jetson_runtime_class
-    return {"runtimeClassName": rc} if rc else {}
-
-
-def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, **extra: Any) -> Obj:
-    return {
+def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, *,
+              read_only_root: bool = True, device_group: bool = False, **extra: Any) -> Obj:
+    return restrict({
         "serviceAccountName": settings.worker_service_account,
         "restartPolicy": restart,
         "terminationGracePeriodSeconds": 15,
         "containers": [container],
         "volumes": [{"name": "work", "emptyDir": {}}],
         **extra,
-    }
+    }, read_only_root=read_only_root, device_group=device_group)
 
 
 def _worker_args(
@@ -306,7 +302,8 @@ def profile_daemonset(
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,
-        **_jetson_runtime(settings),
+        device_group=True,
+        **jetson_runtime(settings.jetson_runtime_class),
     )
     return {
         "apiVersion": "apps/v1",
@@ -375,14 +372,15 @@ def train_job(
         ],
     )
     container = _container("train", settings, args, [])
-    volumes_extra: dict[str, Any] = {}
     pod = _pod_spec(
         settings,
         container,
         "Never",
         nodeSelector={"kubernetes.io/hostname": node},
-        **volumes_extra,
-        **_jetson_runtime(settings),
+        # No PVC: checkpoints go to the node's file system (on virtual nodes the shared host's).
+        read_only_root=bool(settings.checkpoint_pvc),
+        device_group=True,
+        **jetson_runtime(settings.jetson_runtime_class),
     )
     if settings.checkpoint_pvc:
         pod["volumes"].append(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
 from edgetrain.api.names import DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
+from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR
 
 ENV_PREFIX = "EDGETRAIN_OPERATOR_"
 
@@ -53,7 +54,7 @@ class OperatorSettings(BaseModel):
         " (Unschedulable, with the scheduler's message)",
     )
     checkpoint_dir: str = Field(
-        default="/var/lib/edgetrain/checkpoints",
+        default=DEFAULT_CHECKPOINT_DIR,
         description="root of training checkpoints, on storage every candidate node shares",
     )
     checkpoint_pvc: str | None = Field(

@@ -147,7 +147,7 @@ def _standalone_problems(spec: PowerAwareTrainingJobSpec, bad: _Bad) -> None:
             bad("model.weights", f"{weights} does not exist", hint="run edgetrain pretrain")
         elif not path.is_file():
             bad("model.weights", f"{weights} is not a file")
-        elif not os.access(path, os.R_OK):
+        elif not can_access(path, os.R_OK):
             bad("model.weights", f"{weights} is not readable (check its permissions)")
     device = spec.placement.device
     board_name = device_board(device)
@@ -247,6 +247,12 @@ def check_workload_options(model: str, dataset: str, batch_sizes: list[int] | No
         )
 
 
+def can_access(path: Path, mode: int) -> bool:
+    """access(2) as the process will open the file: its effective UID and capabilities, not
+    the real UID alone (a virtual node's non-root pod reads through CAP_DAC_READ_SEARCH)."""
+    return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+
+
 def check_output_path(path: Path, option: str, *, folder: bool = False) -> None:
     """Fail before any work when an output (a file, or a `folder`) could not be written."""
     if folder and path.exists() and not path.is_dir():
@@ -258,5 +264,5 @@ def check_output_path(path: Path, option: str, *, folder: bool = False) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise InputError(option, f"{path} cannot be created: {ancestor} is not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    if not can_access(ancestor, os.W_OK | os.X_OK):
         raise InputError(option, f"{path} cannot be created: {ancestor} is not writable")

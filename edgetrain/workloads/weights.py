@@ -117,7 +117,14 @@ def pretrain(
         ),
     )
     # Saved from the CPU so the file loads anywhere without a map_location.
-    save_state_atomic({k: v.cpu() for k, v in model.state_dict().items()}, path)
+    weights = {k: v.cpu() for k, v in model.state_dict().items()}
+    try:
+        save_state_atomic(weights, path)
+    except OSError:
+        # A cache this process may not write (a worker pod's read-only root, another UID's
+        # home): the weights serve this run from its temporary directory.
+        path = Path(tempfile.gettempdir()) / "edgetrain-weights" / path.name
+        save_state_atomic(weights, path)
     info = WeightsInfo(spec=spec, sha256=file_sha256(path), test_accuracy=state.accuracy)
     write_text_atomic(path.with_suffix(".json"), info.model_dump_json(indent=2))
     return path

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from edgetrain.api.pod_security import LABEL_POD_SECURITY_ENFORCE, POD_SECURITY_RESTRICTED
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, node_specs
 
 # The session's virtual nodes: two Jetson boards and two GPU servers (an estimate's runs
@@ -78,6 +79,14 @@ def temporary_namespace(kube: KubeClient, name: str) -> Iterator[str]:
         yield name
     finally:
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=name))
+
+
+def enforce_pod_security(kube: KubeClient, name: str, level: str = POD_SECURITY_RESTRICTED,
+                         ) -> None:
+    """Label namespace `name` to enforce a Pod Security level (`restricted`: what a cluster
+    admin sets for job namespaces, and the README does)."""
+    kube.patch(api_path("v1", "namespaces", name=name),
+               {"metadata": {"labels": {LABEL_POD_SECURITY_ENFORCE: level}}}, "merge")
 
 
 @pytest.fixture(scope="session")

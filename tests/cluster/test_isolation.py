@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from edgetrain.api.pod_security import WORKER_GID, WORKER_UID
 from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log
 from edgetrain.cluster.isolation import SecurityContextError, container_isolation, root_mount_points
 from edgetrain.device.sim import BOARDS
+from edgetrain.operator.worker_security import restrict
 
 NANO = BOARDS["jetson-nano"]
 DEVFREQ = f"/{NANO.gpu_device_dir}/devfreq/{NANO.devfreq_name}"
@@ -145,3 +147,39 @@ def test_writes_outside_the_writable_mounts_fail(vnodes: VNodeAgent, kube: KubeC
     # As UID 65532 the existing root-owned files (0644) are refused by permission before the
     # mount is asked (EACCES), new files by the read-only mount (EROFS): only the emptyDir.
     assert nonroot["results"] == ["EACCES", "EACCES", "EROFS", "EROFS", "ok"], nonroot
+
+
+@pytest.mark.cluster
+def test_a_restricted_worker_drives_the_twin_through_the_device_group(
+        vnodes: VNodeAgent, kube: KubeClient, namespace: str) -> None:
+    """An operator worker pod (worker_security.restrict: UID 65532, no capabilities, read-only
+    root) on a virtual Nano sets the twin's GPU clock and tells it what trains, as the profile
+    and train pods do, through the Jetson device group its supplementalGroups name; the same
+    pod without that group is refused (EACCES). Both write only /tmp besides."""
+    paths = [
+        f"$EDGETRAIN_SYSFS_ROOT{DEVFREQ}/max_freq",            # devfreq, written in place
+        "$EDGETRAIN_SYSFS_ROOT/run/edgetrain-twin/new-$NAME",  # the twin's control dir
+        "$EDGETRAIN_POD_ROOT/written-to-root",                 # the root file system
+        "/tmp/$NAME",                                          # the worker's scratch emptyDir
+    ]
+    for name, group in (("worker", True), ("outsider", False)):
+        container = {**_container(name, {}, paths), "volumeMounts": []}
+        spec = restrict({"restartPolicy": "Never",
+                         "nodeSelector": {"kubernetes.io/hostname": "vn-jetson-nano-0"},
+                         "containers": [container]}, device_group=group)
+        kube.create(api_path("v1", "pods", namespace),
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                     "spec": spec})
+    results = {}
+    for name in ("worker", "outsider"):
+        done = kube.wait_for(api_path("v1", "pods", namespace, name),
+                             lambda p: p.get("status", {}).get("phase") in ("Succeeded",
+                                                                            "Failed"),
+                             timeout_s=60, what=f"{name} pod done")
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        results[name] = json.loads(
+            container_log(done, name).read_text().strip().splitlines()[-1])
+    worker, outsider = results["worker"], results["outsider"]
+    assert (worker["uid"], worker["gid"]) == (WORKER_UID, WORKER_GID)
+    assert worker["results"] == ["ok", "ok", "EROFS", "ok"], worker
+    assert outsider["results"] == ["EACCES", "EACCES", "EROFS", "ok"], outsider

@@ -332,8 +332,10 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         jetson = i < POOL_NODES
         specs = (node_specs({"jetson-nano": 1}, prefix=f"f{tag}{i}") if jetson
                  else node_specs({}, 1, prefix=f"f{tag}{i}"))
+        # The chart's checkpointDir below: shared by the pods, writable by their UID 65532.
         agent = VNodeAgent(kube, specs, work / f"vn{i}", restart_backoff_s=0.5,
-                           max_backoff_s=2.0, cluster_ca=cluster.pki)
+                           max_backoff_s=2.0, cluster_ca=cluster.pki,
+                           shared_dirs=(work / "checkpoints",))
         (agents if jetson else op_agents)[agent.specs[0].name] = agent.start()
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": ns}})

@@ -15,6 +15,7 @@ import httpx
 
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.cluster.controlplane import free_ports
+from edgetrain.operator.worker_security import restrict
 
 
 class AgentProcess:
@@ -111,7 +112,8 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str, interval_s
 def sleeper_pod(name: str, node: str, seconds: float, freq_hz: int | None = None,
                 limit_w: float | None = None, labels: dict[str, str] | None = None,
                 ) -> dict[str, Any]:
-    """A pod that sleeps on `node`, annotated like an edgetrain training pod."""
+    """A pod that sleeps on `node`, annotated and confined like an edgetrain training pod
+    (Pod Security `restricted`, UID 65532: the agent pins it all the same)."""
     ann: dict[str, str] = {}
     if freq_hz is not None:
         ann["edgetrain.io/gpu-frequency-hz"] = str(freq_hz)
@@ -120,13 +122,13 @@ def sleeper_pod(name: str, node: str, seconds: float, freq_hz: int | None = None
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "annotations": ann, "labels": labels or {}},
-        "spec": {
+        "spec": restrict({
             "nodeSelector": {"kubernetes.io/hostname": node},
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": "edgetrain/trainer",
                             "command": ["python", "-c", f"import time; time.sleep({seconds})"]}],
-        },
+        }, device_group=True),
     }
 
 

@@ -14,6 +14,7 @@ import pytest
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.device import GpuDevfreq
 from edgetrain.node_agent.state import load_state
+from tests.cluster.fixtures import enforce_pod_security
 from tests.node_agent.helpers import (
     AgentProcess,
     events,
@@ -84,7 +85,9 @@ def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: 
     assert ann["edgetrain.io/node-agent"] == "running"
     assert httpx.get(f"{agent.url}/healthz").status_code == 200
 
-    # 1. Pin while the pod runs, restore when it finishes.
+    # 1. Pin while the pod runs, restore when it finishes. The pod is a restricted one (UID
+    #    65532, no capabilities) in a namespace that enforces `restricted`, as the operator's.
+    enforce_pod_security(kube, namespace)
     create(kube, namespace, sleeper_pod("short", NODE, 3, freq_hz=460_800_000))
     wait_until(lambda: rng(root) == (460_800_000, 460_800_000), 20, "pin at 460.8 MHz")
     text = agent.metrics()

@@ -279,13 +279,13 @@ RESTRICTED = "pod-security.kubernetes.io/enforce"
 
 def restrict(kube: KubeClient, namespace: str) -> str:
     """What the README does before installing: the operator's namespace enforces `restricted`.
-    Jobs go to a namespace of their own (the README's `default`), at the `baseline` level,
-    which the worker pods meet; returns its name."""
+    Jobs go to a namespace of their own (the README's `edgetrain-jobs`), which enforces
+    `restricted` too: the worker pods meet it; returns its name."""
     kube.patch(api_path("v1", "namespaces", name=namespace),
                {"metadata": {"labels": {RESTRICTED: "restricted"}}}, "merge")
     jobs = f"{namespace}-jobs"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": jobs, "labels": {RESTRICTED: "baseline"}}})
+        "name": jobs, "labels": {RESTRICTED: "restricted"}}})
     kube.wait_for(api_path("v1", "serviceaccounts", jobs, "default"), lambda _sa: True,
                   timeout_s=30, what="default ServiceAccount")
     return jobs

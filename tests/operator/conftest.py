@@ -20,8 +20,9 @@ from edgetrain.api import EfficiencyVector
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
+from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.operator import manifests as mf
-from tests.cluster.fixtures import temporary_namespace
+from tests.cluster.fixtures import enforce_pod_security, temporary_namespace
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
 
@@ -48,10 +49,14 @@ def enable_workers(kube: KubeClient, namespace: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _workers_enabled(request: pytest.FixtureRequest) -> None:
-    """Namespaces of the operator's tests are enabled for workers the way the chart does it."""
+    """Namespaces of the operator's tests are enabled for workers the way the chart does it,
+    and enforce Pod Security `restricted` as a cluster admin's job namespaces would: every
+    worker pod of these tests is admitted under it, or its job never gets past its phase."""
     for name in ("namespace", "shared_ns"):
         if name in request.fixturenames:
-            enable_workers(request.getfixturevalue("kube"), request.getfixturevalue(name))
+            kube, ns = request.getfixturevalue("kube"), request.getfixturevalue(name)
+            enable_workers(kube, ns)
+            enforce_pod_security(kube, ns)
 
 
 def patj_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
@@ -111,6 +116,8 @@ def operator(
     from edgetrain.cluster.controlplane import free_ports
 
     work = tmp_path_factory.mktemp("operator")
+    # The checkpoint root the training pods (UID 65532) share, as `edgetrain vnodes` makes it.
+    prepare_shared_dir(work / "checkpoints")
     log = work / "operator.log"
     metrics_port = free_ports(1)[0]
     env = {

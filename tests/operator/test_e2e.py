@@ -187,6 +187,12 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--batch-size") + 1] == str(sel["batchSize"])
     assert pod["spec"]["nodeName"] == sel["node"]
+    # Every worker pod was admitted under Pod Security `restricted` (the namespace enforces
+    # it) and ran as UID 65532, which the virtual node enforces with the kernel.
+    ns_labels = kube.get(api_path("v1", "namespaces", name=namespace))["metadata"]["labels"]
+    assert ns_labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     reasons = [r for r, _ in _events(kube, namespace, first)]
     for reason in ("Started", "EfficiencyReady", "ProfilesReady", "Planned", "TrainingStarted",
                    "TargetReached"):

@@ -17,6 +17,7 @@ from edgetrain.operator.informer import TrainingWatch
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
+from edgetrain.operator.worker_security import restrict
 from tests.cluster.fixtures import SERVERS
 from tests.operator.conftest import job_manifest, patj_path
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
@@ -117,8 +118,9 @@ def _training_objects(kube: KubeClient, ns: str) -> tuple[dict[str, Any], str]:
                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                                           "name": TRAIN_JOB, "uid": job_obj["metadata"]["uid"],
                                           "controller": True}]},
-        "spec": {"schedulingGates": [{"name": "edgetrain.io/test"}],
-                 "containers": [{"name": "train", "image": "train:never"}]}})
+        # Confined as the operator's own worker pods are: the namespace enforces `restricted`.
+        "spec": restrict({"schedulingGates": [{"name": "edgetrain.io/test"}],
+                          "containers": [{"name": "train", "image": "train:never"}]})})
     try:
         kube.create(api_path("v1", "configmaps", ns), mf.progress_configmap(patj))
     except KubeApiError as exc:

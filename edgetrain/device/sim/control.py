@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -50,15 +51,25 @@ class TwinState(BaseModel):
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace, so readers never see half."""
+    """Write via a temp file in the same directory and os.replace, so readers never see half.
+    The file keeps its mode, as a sysfs file's never changes (a new one gets 0644)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, kept_mode(path))
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def kept_mode(path: Path, default: int = 0o644) -> int:
+    """The permission bits a replacement of `path` keeps (`default` for a new file)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return default
 
 
 def write_workload(root: str | os.PathLike[str], workload: TwinWorkload) -> None:

@@ -39,6 +39,7 @@ from edgetrain.device.sim.control import (
     TwinState,
     TwinWorkload,
     atomic_write,
+    kept_mode,
     read_workload,
     write_workload,
 )
@@ -148,6 +149,7 @@ class DeviceTwin:
         tmp = path.with_name(f".{path.name}.twin-tmp")
         with open(tmp, "w") as fh:  # single writer (the tick holds the lock): fixed temp name
             fh.write(text)
+            os.fchmod(fh.fileno(), kept_mode(path))
         os.replace(tmp, path)
         self._written[path] = text
 
