@@ -1,10 +1,12 @@
 """Pod volumes on a virtual node: each volume is materialised under the pod dir (ConfigMap,
 Secret, downward API and projected service-account tokens as files, hostPath into the node's
-host root, emptyDir) and linked at its mount path under the pod root."""
+host root, emptyDir, a claim's NFS export of this host) and linked at its mount path under the
+pod root."""
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import logging
 import os
 import time
@@ -24,6 +26,18 @@ log = logging.getLogger("edgetrain.vnode")
 
 TOKEN_REFRESH_FRACTION = 0.8
 API_DATA_VOLUMES = frozenset({"configMap", "secret", "downwardAPI", "projected"})
+# The volume sources a PersistentVolume may name (named in the error for an unsupported one).
+PV_SOURCES = frozenset({"nfs", "hostPath", "local", "csi", "iscsi", "fc", "cephfs", "rbd",
+                        "glusterfs", "azureFile", "awsElasticBlockStore", "gcePersistentDisk"})
+
+
+def _is_this_host(server: str) -> bool:
+    if server == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(server).is_loopback
+    except ValueError:
+        return False
 
 
 class PodVolumes:
@@ -99,8 +113,45 @@ class PodVolumes:
                                        self.node.spec.profile.capacity())
             write_atomic(target / item["path"], value.encode(), 0o644)
 
+    def _claim_source(self, claim: Obj) -> Path:
+        """The host directory behind a PersistentVolumeClaim: its bound PV's NFS export. Every
+        virtual node runs on this host, so an export of this host is storage they all share,
+        as an NFS server is to a real fleet. ValueError (the pod waits) while it is unbound."""
+        name = claim["claimName"]
+        pvc = self.client.get_or_none(
+            api_path("v1", "persistentvolumeclaims", self.namespace, name))
+        if pvc is None:
+            raise ValueError(f"persistentvolumeclaim {self.namespace}/{name} not found")
+        pv_name = (pvc.get("spec") or {}).get("volumeName")
+        if (pvc.get("status") or {}).get("phase") != "Bound" or not pv_name:
+            raise ValueError(f"persistentvolumeclaim {self.namespace}/{name} is not bound")
+        pv = self.client.get(api_path("v1", "persistentvolumes", name=pv_name))
+        nfs = (pv.get("spec") or {}).get("nfs")
+        if not nfs:
+            kinds = sorted(set(pv.get("spec") or {}) & PV_SOURCES) or ["none"]
+            raise ValueError(
+                f"persistentvolume {pv_name} (claim {self.namespace}/{name}) has source"
+                f" {'/'.join(kinds)}: a virtual node mounts NFS exports of this host only"
+                " (spec.nfs with server 127.0.0.1)")
+        if not _is_this_host(str(nfs.get("server", ""))):
+            raise ValueError(
+                f"persistentvolume {pv_name}: NFS server {nfs.get('server')!r} is not this"
+                " host; a virtual node mounts exports of the host it runs on (server"
+                " 127.0.0.1)")
+        src = Path(nfs["path"])
+        if not src.is_dir():
+            raise ValueError(f"persistentvolume {pv_name}: export {src} does not exist on"
+                             " this host (mount.nfs: No such file or directory)")
+        return src
+
     def _materialise(self, vol: Obj) -> None:
         target = self._volume_dir(vol["name"])
+        if "persistentVolumeClaim" in vol:
+            src = self._claim_source(vol["persistentVolumeClaim"])
+            if not (target.is_symlink() or target.exists()):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(src)
+            return
         if "hostPath" in vol:
             # The node's host filesystem is its twin root: /sys here is the twin's sysfs.
             src = self.node.host_root / vol["hostPath"]["path"].lstrip("/")
@@ -207,8 +258,9 @@ class PodVolumes:
                 if not src.exists():
                     src.mkdir(parents=True, exist_ok=True)
             # Like the kubelet, API-data volumes are always read-only, whatever readOnly says.
-            read_only = bool(m.get("readOnly")) or bool(
-                API_DATA_VOLUMES & set(kinds.get(m["name"], {})))
+            kind = kinds.get(m["name"], {})
+            read_only = (bool(m.get("readOnly")) or bool(API_DATA_VOLUMES & set(kind))
+                         or bool((kind.get("persistentVolumeClaim") or {}).get("readOnly")))
             out.append((os.path.realpath(src), read_only))
             dst = paths.host(m["mountPath"])
             if dst.is_symlink():

@@ -9,11 +9,14 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edgetrain.api.pod_security import LABEL_POD_SECURITY_ENFORCE, POD_SECURITY_RESTRICTED
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, node_specs
+
+Obj = dict[str, Any]
 
 # The session's virtual nodes: two Jetson boards and two GPU servers (an estimate's runs
 # spread over both: tests/operator/test_e2e.py).
@@ -79,6 +82,48 @@ def temporary_namespace(kube: KubeClient, name: str) -> Iterator[str]:
         yield name
     finally:
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=name))
+
+
+CHECKPOINT_CLAIM = "edgetrain-checkpoints"
+
+
+def nfs_claim_manifests(namespace: str, export: Path, claim: str = CHECKPOINT_CLAIM,
+                        server: str = "127.0.0.1") -> tuple[Obj, Obj]:
+    """A ReadWriteMany PV exporting `export` over NFS and the claim in `namespace` bound to it
+    (examples/checkpoint-storage.yaml's shape: what an NFS server is to a real fleet)."""
+    pv_name = f"{claim}-{namespace}"[:253]
+    pv: Obj = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "claimRef": {"namespace": namespace, "name": claim},
+                 "nfs": {"server": server, "path": str(export)}},
+    }
+    pvc: Obj = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "volumeName": pv_name, "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    return pv, pvc
+
+
+@contextlib.contextmanager
+def nfs_claim(kube: KubeClient, namespace: str, export: Path, claim: str = CHECKPOINT_CLAIM,
+              server: str = "127.0.0.1") -> Iterator[str]:
+    """Create `nfs_claim_manifests`, wait until the PV controller binds them; delete the PV on
+    exit (the claim goes with its namespace)."""
+    pv, pvc = nfs_claim_manifests(namespace, export, claim, server)
+    kube.create("/api/v1/persistentvolumes", pv)
+    try:
+        kube.create(api_path("v1", "persistentvolumeclaims", namespace), pvc)
+        kube.wait_for(api_path("v1", "persistentvolumeclaims", namespace, claim),
+                      lambda c: (c.get("status") or {}).get("phase") == "Bound",
+                      timeout_s=60, what=f"claim {claim} Bound")
+        yield claim
+    finally:
+        kube.delete_ignore_missing(api_path("v1", "persistentvolumes",
+                                            name=pv["metadata"]["name"]))
 
 
 def enforce_pod_security(kube: KubeClient, name: str, level: str = POD_SECURITY_RESTRICTED,

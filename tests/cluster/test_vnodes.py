@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
+from edgetrain.api.pod_security import WORKER_GID, WORKER_UID
 from edgetrain.cluster import KubeClient, VNodeAgent, api_path, container_log, node_specs
-from tests.cluster.fixtures import JETSON_COUNTS, SERVERS
+from edgetrain.cluster.vnode import prepare_shared_dir
+from tests.cluster.fixtures import JETSON_COUNTS, SERVERS, nfs_claim
 
 Obj = dict[str, Any]
 PY = "python"  # mapped by the virtual node onto this interpreter
@@ -361,3 +363,68 @@ def test_a_node_without_its_registry_never_starts_a_container(
         assert not list(node.dir.glob("pods/*/root/ran"))
     finally:
         agent.stop()
+
+
+def _claim_pod(name: str, node: str, script: str, claim: str) -> Obj:
+    """A restricted pod (UID 65532, read-only root) with `claim` mounted at /ckpt."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never", "nodeName": node,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": WORKER_UID,
+                                "runAsGroup": WORKER_GID,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [{
+                "name": "main", "image": "edgetrain:dev", "command": [PY, "-c", script],
+                "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]},
+                                    "readOnlyRootFilesystem": True}}],
+        },
+    }
+
+
+def test_a_claim_on_an_nfs_export_is_shared_by_pods_on_every_node(
+        vnodes: VNodeAgent, kube: KubeClient, namespace: str, tmp_path: Path) -> None:
+    """A PVC bound to an NFS PV of this host: what a pod on one node writes there (as UID
+    65532, under a read-only root) a pod on another node reads, and it lands in the export."""
+    export = tmp_path / "export"
+    prepare_shared_dir(export)
+    with nfs_claim(kube, namespace, export) as claim:
+        kube.create(api_path("v1", "pods", namespace), _claim_pod(
+            "writer", "vn-jetson-nano-0",
+            "import os; os.makedirs('/ckpt/run1'); open('/ckpt/run1/step', 'w').write('42')",
+            claim))
+        pod = _wait_pod(kube, namespace, "writer", ("Succeeded", "Failed"), timeout_s=90)
+        assert pod["status"]["phase"] == "Succeeded", container_log(pod, "main").read_text()
+        kube.create(api_path("v1", "pods", namespace), _claim_pod(
+            "reader", "vn-jetson-orin-nano-0", "print(open('/ckpt/run1/step').read())", claim))
+        pod = _wait_pod(kube, namespace, "reader", ("Succeeded", "Failed"), timeout_s=90)
+        assert container_log(pod, "main").read_text().strip() == "42"
+    written = export / "run1" / "step"
+    assert written.read_text() == "42" and written.stat().st_uid == WORKER_UID
+
+
+def test_a_claim_a_virtual_node_cannot_mount_keeps_the_pod_creating(
+        vnodes: VNodeAgent, kube: KubeClient, namespace: str, tmp_path: Path) -> None:
+    """An NFS server elsewhere: the pod waits in ContainerCreating naming the PV and the fix,
+    and its command never runs."""
+    export = tmp_path / "export"
+    export.mkdir()
+    with nfs_claim(kube, namespace, export, server="192.0.2.10") as claim:
+        kube.create(api_path("v1", "pods", namespace), _claim_pod(
+            "far", "vn-jetson-nano-0", "open('/ckpt/ran', 'w').write('ran')", claim))
+
+        def creating(pod: Obj) -> bool:
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                state = (cs.get("state") or {}).get("waiting") or {}
+                if state.get("reason") == "ContainerCreating" and state.get("message"):
+                    assert "NFS server '192.0.2.10' is not this host" in state["message"]
+                    return True
+            return False
+
+        pod = kube.wait_for(api_path("v1", "pods", namespace, "far"), creating, timeout_s=60,
+                            what="ContainerCreating with the claim's reason")
+        assert pod["status"]["phase"] == "Pending"
+        assert not (export / "ran").exists()
