@@ -61,7 +61,8 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     # The block pauses after its `kubectl apply` while the operator's container is SIGKILLed on
     # the real node (a fault the kubelet itself recovers: same pod, restartCount 1); the rest of
     # the block then runs in a new shell, with the block's own `source` and `export` lines.
-    apply = next(line for line in body.splitlines() if line.startswith("kubectl apply "))
+    apply = next(line for line in body.splitlines()
+                 if line.startswith(f"kubectl apply -n {jobs[1]} "))
     head, tail = body.split(apply + "\n", 1)
     env_lines = "\n".join(line for line in head.splitlines()
                            if line.startswith(("source ", "export KUBECONFIG=")))
@@ -75,6 +76,7 @@ def test_on_a_cluster_block_runs_as_written() -> None:
         assert out.returncode == 0, f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
         assert "condition met" in out.stdout
         assert re.search(r"digits-5w\s+Succeeded\s+\d+\s+\d+", out.stdout), out.stdout
+        _trained_onto_the_claim(run_dir, jobs[1])
         # kubectl logs reached the operator's pod on its node through the API server.
         assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ",
                          out.stdout, re.M), out.stdout
@@ -91,6 +93,23 @@ def test_on_a_cluster_block_runs_as_written() -> None:
         pytest.skip(f"the block ran on virtual nodes only; real-node checks: {reason}")
     assert leftovers(run_dir, state) == []
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
+    """The restricted train pod kept its checkpoints on the namespace's claim: the NFS export
+    of examples/checkpoint-storage.yaml holds them, written by the worker UID."""
+    with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
+        job = kube.get(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", namespace,
+                                "digits-5w"))
+        claim = kube.get(api_path("v1", "persistentvolumeclaims", namespace,
+                                  "edgetrain-checkpoints"))
+        pv = kube.get(api_path("v1", "persistentvolumes", name=claim["spec"]["volumeName"]))
+    # The chart's checkpointDir, where the claim is mounted, and the export are one path here.
+    ckpt = Path(job["status"]["training"]["checkpointDir"])
+    export = Path(pv["spec"]["nfs"]["path"])
+    assert ckpt.is_relative_to(export), (ckpt, export)
+    files = list(ckpt.glob("*.pt"))
+    assert files and all(f.stat().st_uid == 65532 for f in files), (ckpt, files)
 
 
 def _operator_pod(kube: KubeClient) -> dict[str, Any]:

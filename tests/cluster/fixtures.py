@@ -91,7 +91,7 @@ def nfs_claim_manifests(namespace: str, export: Path, claim: str = CHECKPOINT_CL
                         server: str = "127.0.0.1") -> tuple[Obj, Obj]:
     """A ReadWriteMany PV exporting `export` over NFS and the claim in `namespace` bound to it
     (examples/checkpoint-storage.yaml's shape: what an NFS server is to a real fleet)."""
-    pv_name = f"{claim}-{namespace}"[:253]
+    pv_name = f"{claim}-{namespace}-{uuid.uuid4().hex[:5]}"[-253:]
     pv: Obj = {
         "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
@@ -110,16 +110,18 @@ def nfs_claim_manifests(namespace: str, export: Path, claim: str = CHECKPOINT_CL
 
 @contextlib.contextmanager
 def nfs_claim(kube: KubeClient, namespace: str, export: Path, claim: str = CHECKPOINT_CLAIM,
-              server: str = "127.0.0.1") -> Iterator[str]:
-    """Create `nfs_claim_manifests`, wait until the PV controller binds them; delete the PV on
-    exit (the claim goes with its namespace)."""
+              server: str = "127.0.0.1", wait: bool = True) -> Iterator[str]:
+    """Create `nfs_claim_manifests` (`wait`: until the PV controller binds them; a pod using
+    the claim waits for that anyway); delete the PV on exit (the claim goes with its
+    namespace)."""
     pv, pvc = nfs_claim_manifests(namespace, export, claim, server)
     kube.create("/api/v1/persistentvolumes", pv)
     try:
         kube.create(api_path("v1", "persistentvolumeclaims", namespace), pvc)
-        kube.wait_for(api_path("v1", "persistentvolumeclaims", namespace, claim),
-                      lambda c: (c.get("status") or {}).get("phase") == "Bound",
-                      timeout_s=60, what=f"claim {claim} Bound")
+        if wait:
+            kube.wait_for(api_path("v1", "persistentvolumeclaims", namespace, claim),
+                          lambda c: (c.get("status") or {}).get("phase") == "Bound",
+                          timeout_s=60, what=f"claim {claim} Bound")
         yield claim
     finally:
         kube.delete_ignore_missing(api_path("v1", "persistentvolumes",

@@ -5,6 +5,7 @@ server, node agents on the pool. Every fault is recorded for the summary at the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from edgetrain.cluster.controlplane import free_ports
 from edgetrain.cluster.nodes import node_specs
 from edgetrain.device import GpuDevfreq
 from edgetrain.operator.manifests import release_configmap_name
+from tests.cluster.fixtures import CHECKPOINT_CLAIM, enforce_pod_security, nfs_claim
 from tests.node_agent.helpers import wait_until
 from tests.observability.test_chart import CHART, helm
 from tests.operator.conftest import job_manifest, patj_path, seed_efficiency
@@ -332,13 +334,18 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         jetson = i < POOL_NODES
         specs = (node_specs({"jetson-nano": 1}, prefix=f"f{tag}{i}") if jetson
                  else node_specs({}, 1, prefix=f"f{tag}{i}"))
-        # The chart's checkpointDir below: shared by the pods, writable by their UID 65532.
+        # The checkpoint claim's NFS export below: writable by the pods' UID 65532.
         agent = VNodeAgent(kube, specs, work / f"vn{i}", restart_backoff_s=0.5,
                            max_backoff_s=2.0, cluster_ca=cluster.pki,
                            shared_dirs=(work / "checkpoints",))
         (agents if jetson else op_agents)[agent.specs[0].name] = agent.start()
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": ns}})
+    # The operator's and the jobs' namespace enforces `restricted`, as the README's do, and
+    # the jobs checkpoint onto a claim every Jetson shares (a moved job resumes from it).
+    enforce_pod_security(kube, ns)
+    claim = contextlib.ExitStack()
+    claim.enter_context(nfs_claim(kube, ns, work / "checkpoints"))
     fl = Fleet(kube, cluster, vnodes, ns, pool, agents, op_agents, work=work)
     try:
         for name, agent in {**agents, **op_agents}.items():
@@ -361,7 +368,7 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
              "--set", f"operator.settings.namespaces={{{ns}}}",
              # The chart gives the job namespace its worker identity (the operator makes none).
              "--set", f"worker.namespaces={{{ns}}}",
-             "--set", f"operator.settings.checkpointDir={work / 'checkpoints'}",
+             "--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}",
              "--set-json", "operator.settings.pollIntervalSeconds=1",
              "--set-json", "operator.settings.retryBackoffSeconds=1",
              "--set-json", "operator.settings.progressIntervalSeconds=0.5",
@@ -391,6 +398,7 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         helm("uninstall", fl.release, "-n", ns, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
+        claim.close()
         for name, agent in {**agents, **op_agents}.items():
             if name not in fl.stopped:
                 agent.stop()

@@ -3,6 +3,7 @@ CRDs applied once, and one `edgetrain operator` process shared by every end-to-e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +23,12 @@ from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
 from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.operator import manifests as mf
-from tests.cluster.fixtures import enforce_pod_security, temporary_namespace
+from tests.cluster.fixtures import (
+    CHECKPOINT_CLAIM,
+    enforce_pod_security,
+    nfs_claim,
+    temporary_namespace,
+)
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
 
@@ -47,16 +53,36 @@ def enable_workers(kube: KubeClient, namespace: str) -> None:
             kube.apply(doc, PLURALS[doc["kind"]])
 
 
+@pytest.fixture(scope="session")
+def checkpoint_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint root the training pods (UID 65532) share: an NFS export of this host,
+    writable by the worker UID, which every test namespace claims (CHECKPOINT_CLAIM)."""
+    export = tmp_path_factory.mktemp("checkpoints")
+    prepare_shared_dir(export)
+    return export
+
+
+@contextlib.contextmanager
+def job_namespace(kube: KubeClient, ns: str, export: Path) -> Iterator[str]:
+    """Make `ns` a job namespace as the README's is: enabled for workers the way the chart
+    does it, enforcing Pod Security `restricted` as a cluster admin's job namespaces would
+    (every worker pod is admitted under it, or its job never gets past its phase), with the
+    checkpoint claim on the shared export."""
+    enable_workers(kube, ns)
+    enforce_pod_security(kube, ns)
+    with nfs_claim(kube, ns, export, wait=False):
+        yield ns
+
+
 @pytest.fixture(autouse=True)
-def _workers_enabled(request: pytest.FixtureRequest) -> None:
-    """Namespaces of the operator's tests are enabled for workers the way the chart does it,
-    and enforce Pod Security `restricted` as a cluster admin's job namespaces would: every
-    worker pod of these tests is admitted under it, or its job never gets past its phase."""
-    for name in ("namespace", "shared_ns"):
-        if name in request.fixturenames:
-            kube, ns = request.getfixturevalue("kube"), request.getfixturevalue(name)
-            enable_workers(kube, ns)
-            enforce_pod_security(kube, ns)
+def _workers_enabled(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's own namespace is a job namespace (`job_namespace`)."""
+    if "namespace" not in request.fixturenames:
+        yield
+        return
+    with job_namespace(request.getfixturevalue("kube"), request.getfixturevalue("namespace"),
+                       request.getfixturevalue("checkpoint_export")):
+        yield
 
 
 def patj_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
@@ -110,14 +136,13 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def operator(
-    cluster: LocalCluster, crds: None, vnodes: Any, tmp_path_factory: pytest.TempPathFactory
+    cluster: LocalCluster, crds: None, vnodes: Any, tmp_path_factory: pytest.TempPathFactory,
+    checkpoint_export: Path,
 ) -> Iterator[OperatorProcess]:
     """One operator for the session: fast polling and retries, fault injection enabled."""
     from edgetrain.cluster.controlplane import free_ports
 
     work = tmp_path_factory.mktemp("operator")
-    # The checkpoint root the training pods (UID 65532) share, as `edgetrain vnodes` makes it.
-    prepare_shared_dir(work / "checkpoints")
     log = work / "operator.log"
     metrics_port = free_ports(1)[0]
     env = {
@@ -127,7 +152,8 @@ def operator(
         "EDGETRAIN_OPERATOR_RETRY_BACKOFF_S": "1",
         "EDGETRAIN_OPERATOR_RETRY_LIMIT": "2",
         "EDGETRAIN_OPERATOR_FAULT_INJECTION": "true",
-        "EDGETRAIN_OPERATOR_CHECKPOINT_DIR": str(work / "checkpoints"),
+        # Training pods mount the namespace's claim there (the default mount path).
+        "EDGETRAIN_OPERATOR_CHECKPOINT_PVC": CHECKPOINT_CLAIM,
         "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
         # A job whose placement matches no Ready node fails after this (300 s by default).
         "EDGETRAIN_OPERATOR_NO_NODE_GRACE_S": "5",
@@ -138,7 +164,7 @@ def operator(
             [sys.executable, "-m", "edgetrain", "operator", "--verbose"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
-    op = OperatorProcess(proc, log, work / "checkpoints",
+    op = OperatorProcess(proc, log, checkpoint_export,
                          f"http://127.0.0.1:{metrics_port}/metrics")
     try:
         deadline = time.monotonic() + 60
@@ -193,12 +219,15 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def shared_ns(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """One namespace for a whole module, so its jobs share the namespace's cache ConfigMaps."""
+def shared_ns(kube: KubeClient, request: pytest.FixtureRequest, checkpoint_export: Path,
+              ) -> Iterator[str]:
+    """One job namespace for a whole module, so its jobs share the namespace's cache
+    ConfigMaps."""
     import uuid
 
     module = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
-    with temporary_namespace(kube, f"op-{module}-{uuid.uuid4().hex[:5]}") as name:
+    with (temporary_namespace(kube, f"op-{module}-{uuid.uuid4().hex[:5]}") as name,
+          job_namespace(kube, name, checkpoint_export)):
         yield name
 
 
