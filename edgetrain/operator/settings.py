@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
 from edgetrain.api.names import DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
-from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR
+from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_TMP
 
 ENV_PREFIX = "EDGETRAIN_OPERATOR_"
 
@@ -141,6 +142,17 @@ class OperatorSettings(BaseModel):
                 f" {ENV_PREFIX}RENEW_DEADLINE_S < {ENV_PREFIX}LEASE_DURATION_S, got"
                 f" {self.retry_period_s:g} < {self.renew_deadline_s:g} <"
                 f" {self.lease_duration_s:g}; raise the lease duration or lower the others")
+        return self
+
+    @model_validator(mode="after")
+    def _checkpoints_outlive_the_pod(self) -> OperatorSettings:
+        # Every worker pod mounts an emptyDir at /tmp: checkpoints there die with their pod, and
+        # a re-planned or moved job would start again from sample 0.
+        if PurePosixPath(WORKER_TMP) in (p := PurePosixPath(self.checkpoint_dir), *p.parents):
+            raise ValueError(
+                f"{ENV_PREFIX}CHECKPOINT_DIR {self.checkpoint_dir} is under {WORKER_TMP}, the"
+                " worker pods' own emptyDir, where checkpoints die with their pod; choose a path"
+                f" outside it (default {DEFAULT_CHECKPOINT_DIR})")
         return self
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from edgetrain.api.keys import LABEL_JOB
 from edgetrain.cluster import KubeApiError, api_path
 from edgetrain.operator.phases import unix_seconds
+from edgetrain.operator.worker_security import restrict
 from tests.faults.conftest import Fleet
 
 ADMISSION = "admissionregistration.k8s.io/v1"
@@ -51,9 +52,11 @@ def _probe_pod(labels: dict[str, str], resources: dict[str, Any] | None = None
     container: dict[str, Any] = {"name": "probe", "image": "edgetrain:latest"}
     if resources:
         container["resources"] = resources
+    # Confined as the workers are: the fleet's namespace enforces `restricted`, which would
+    # refuse a bare pod before the policy or the quota had their say.
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "probe-", "labels": labels},
-            "spec": {"containers": [container]}}
+            "spec": restrict({"containers": [container]})}
 
 
 @contextlib.contextmanager
