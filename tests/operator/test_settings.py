@@ -55,7 +55,7 @@ def test_names_that_reach_manifests_are_checked(name: str, value: str) -> None:
 @pytest.mark.parametrize("path", ["/tmp", "/tmp/", "/tmp/pytest-of-root/checkpoints"])
 def test_a_checkpoint_root_in_the_pods_own_tmp_is_refused(path: str) -> None:
     """Every worker pod's /tmp is its emptyDir: checkpoints there would not outlive the pod."""
-    with pytest.raises(ValueError, match="CHECKPOINT_DIR .* under /tmp, the worker pods' own"):
+    with pytest.raises(ValueError, match=r"CHECKPOINT_DIR .* under /tmp, the worker pods' own"):
         load_settings({"EDGETRAIN_OPERATOR_CHECKPOINT_DIR": path})
     for good in ("/var/lib/edgetrain/checkpoints", "/tmpfs/ck", "/data/tmp"):
         assert load_settings({"EDGETRAIN_OPERATOR_CHECKPOINT_DIR": good}).checkpoint_dir == good
