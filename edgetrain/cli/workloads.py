@@ -5,6 +5,8 @@ PyTorch is imported inside each command so that light commands (`plan`) start fa
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -353,6 +355,24 @@ def train_command(
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
 
 
+def _agent_clock_request(sa_dir: Path | None, strategy: str) -> Callable[[int | None], None]:
+    """--clock-by-agent: this pod's clock requests (checked before anything is measured)."""
+    if strategy == "predicted":
+        raise PlanInputError(
+            "--clock-by-agent asks the node agent for GPU clocks only, and --strategy predicted"
+            " also sets CPU cores, CPU and EMC clocks: profile with frontier or full, or"
+            " without --clock-by-agent where this pod may write them")
+    pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not pod or not namespace:
+        raise PlanInputError(
+            "--clock-by-agent needs POD_NAME and POD_NAMESPACE naming this pod (the operator's"
+            " profile pods set them from the downward API)")
+    from edgetrain.kube import KubeClient
+    from edgetrain.operator.worker import agent_clock_request
+
+    return agent_clock_request(KubeClient.connect(sa_dir=sa_dir), namespace, pod)
+
+
 def profile_command(
     model: ModelOpt,
     dataset: Annotated[str, typer.Option(help="Data set giving the input shape and batches.")],
@@ -388,10 +408,21 @@ def profile_command(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
     json_progress: JsonProgressOpt = None,
+    clock_by_agent: Annotated[
+        bool,
+        typer.Option(help="Ask edgetrain's node agent for each GPU clock (an annotation on this"
+                     " pod, $POD_NAMESPACE/$POD_NAME) and only read it back: for a pod whose"
+                     " /sys is read-only."),
+    ] = False,
+    sa_dir: Annotated[
+        Path | None,
+        typer.Option(help="With --clock-by-agent: the service-account mount.", readable=False),
+    ] = None,
 ) -> None:
     """Measure time per sample and peak/mean power per (batch size, GPU frequency).
 
-    Pins each frequency through devfreq, trains real minibatches, waits for power to settle,
+    Pins each frequency through devfreq (or the node agent), trains real minibatches, waits
+    for power to settle,
     and writes the profile CSV plus `<name>.meta.json`. The GPU range is restored on exit,
     also on Ctrl-C or SIGTERM. On a device twin every figure is simulated (the sidecar says so).
     """
@@ -418,6 +449,7 @@ def profile_command(
             if gpu_freqs
             else None
         )
+        clock_request = _agent_clock_request(sa_dir, strategy) if clock_by_agent else None
         check_sysfs_root(sysfs_root)
         device, prec = check_device(device, precision)
         # torch loads only once the options are known to be good.
@@ -445,7 +477,7 @@ def profile_command(
             precision=prec,
         )
         try:
-            session = DeviceSession(sysfs_root, sample_interval)
+            session = DeviceSession(sysfs_root, sample_interval, clock_request=clock_request)
         except DeviceError as exc:
             raise PlanInputError(f"no usable device: {exc}") from None
         with session, Reporter(json_lines=json_progress) as reporter:

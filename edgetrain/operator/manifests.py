@@ -26,6 +26,7 @@ from edgetrain.api.keys import (
     POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.api.workload_spec import (
+    ProfilingStrategy,
     profile_argv,
     profile_spec,
     train_argv,
@@ -269,10 +270,13 @@ def profile_daemonset(
     if l4t:
         cm_labels[LABEL_L4T] = label_value(l4t)
     out = f"{WORK}/profile.csv"
+    pspec = profile_spec(spec, min_window_s=settings.profile_min_window_s)
+    # Predicted profiling also sets CPU and EMC clocks, which the agent is not asked for.
+    by_agent = (settings.profile_clocks_by_agent
+                and pspec.strategy is not ProfilingStrategy.predicted)
     cmd = [
-        "edgetrain", "profile",
-        *profile_argv(profile_spec(spec, min_window_s=settings.profile_min_window_s)),
-        "--output", out, "--json-progress",
+        "edgetrain", "profile", *profile_argv(pspec), "--output", out, "--json-progress",
+        *(["--clock-by-agent", "--sa-dir", str(SERVICE_ACCOUNT_DIR)] if by_agent else []),
     ]
     args = _worker_args(
         publish=profile_configmap_name(key),
@@ -296,9 +300,10 @@ def profile_daemonset(
             }
         }
     }
+    pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     pod = _pod_spec(
         settings,
-        _container("profile", settings, args, []),
+        _container("profile", settings, args, [pod_name] if by_agent else []),
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,

@@ -64,6 +64,12 @@ class OperatorSettings(BaseModel):
         description="a ReadWriteMany PVC mounted at checkpoint_dir in training pods; none: the"
         " path is already shared (virtual nodes share the host filesystem)",
     )
+    profile_clocks_by_agent: bool = Field(
+        default=False,
+        description="profile pods ask the node agent for each GPU clock (an annotation on"
+        " their own pod) instead of writing devfreq, which a restricted pod's read-only /sys"
+        " forbids on a real Jetson; needs the node agent on every Jetson (the chart's default)",
+    )
     pin_frequency_in_pod: bool = Field(
         default=False,
         description="also pass --gpu-freq to `edgetrain train` (only where no node agent runs)",

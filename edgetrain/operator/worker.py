@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ
 from edgetrain.api.training import TrainingEvent
 from edgetrain.kube import KubeApiError, KubeClient, api_path, wait_for_stop_signal
 
@@ -165,6 +166,7 @@ def retry_api(call: Callable[[], None], what: str, deadline_s: float = PUBLISH_R
 
 
 RELEASE_POLL_S = 0.5
+AGENT_REQUEST_RETRY_S = 30.0  # a clock request waits out a short API-server outage
 
 
 def is_progress_line(line: str) -> bool:
@@ -340,3 +342,30 @@ def run_worker(
     if hold:
         wait_for_stop_signal(threading.Event())
     return 0
+
+
+def agent_clock_request(client: KubeClient, namespace: str, pod: str) -> Callable[[int | None],
+                                                                                   None]:
+    """A profiling pod's clock requests to the node agent: the GPU frequency annotation on its
+    own pod, which the agent pins while the pod is active (None removes it: the agent then
+    restores the range)."""
+    path = api_path("v1", "pods", namespace, pod)
+
+    def request(gpu_freq_hz: int | None) -> None:
+        value = None if gpu_freq_hz is None else str(gpu_freq_hz)
+        body = {"metadata": {"annotations": {ANNOTATION_GPU_FREQUENCY_HZ: value}}}
+
+        def send() -> None:
+            client.patch(path, body, "merge")
+
+        try:
+            retry_api(send, f"asking the node agent for {value or 'the clock back'}",
+                      deadline_s=AGENT_REQUEST_RETRY_S)
+        except KubeApiError:
+            if gpu_freq_hz is not None:
+                raise
+            # Releasing at exit: the pod's end releases the clock too.
+            print(f"edgetrain worker: clock release on pod {namespace}/{pod} not sent",
+                  file=sys.stderr)
+
+    return request

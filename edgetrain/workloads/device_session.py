@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 from edgetrain.api.training import DeviceUsage
 from edgetrain.device import (
+    DeviceError,
     FrequencyRange,
     GpuDevfreq,
     PowerSampler,
@@ -27,6 +29,12 @@ from edgetrain.device.sim import (
 from edgetrain.workloads import workload_cost
 
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
+# How long a clock asked of the node agent may take to read back: its pod watch, its write
+# and the governor, on a loaded node.
+AGENT_CLOCK_TIMEOUT_S = 30.0
+
+# Asks whoever may write devfreq (the node agent) for a GPU clock; None: release it.
+ClockRequest = Callable[[int | None], None]
 
 
 class DeviceSession:
@@ -40,8 +48,14 @@ class DeviceSession:
         self,
         root: str | os.PathLike[str] | None = None,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        clock_request: ClockRequest | None = None,
+        clock_timeout_s: float = AGENT_CLOCK_TIMEOUT_S,
     ) -> None:
+        """`clock_request`: clocks are asked of the node agent and only read back here (a
+        restricted pod's /sys is read-only); None: devfreq is written here."""
         self.root: Path = resolve_root(root)
+        self.clock_request = clock_request
+        self.clock_timeout_s = clock_timeout_s
         self.devfreq = GpuDevfreq.discover(self.root)
         self.sampler = PowerSampler(select_power_sensor(self.root), sample_interval_s)
         self.identity = detect_board(self.root)
@@ -60,7 +74,8 @@ class DeviceSession:
         return self.twin_board or self.identity.board_id or self.identity.model or "unknown"
 
     def __enter__(self) -> DeviceSession:
-        self._original_range = self.devfreq.current_range()
+        if self.clock_request is None:  # the agent restores what it pinned itself
+            self._original_range = self.devfreq.current_range()
         self.sampler.start()
         return self
 
@@ -73,18 +88,30 @@ class DeviceSession:
         self.close()
 
     def close(self) -> None:
-        """Idle the twin, restore the GPU range found at entry, stop sampling."""
+        """Idle the twin, restore the GPU range found at entry (or release the clock asked of
+        the agent), stop sampling."""
         self.sampler.stop()
         if self.simulated:
             self.set_workload(TwinWorkload(busy=False))
+        if self.clock_request is not None:
+            self.clock_request(None)
         if self._original_range is not None:
             self.devfreq.restore(self._original_range)
             self._original_range = None
 
     def pin(self, gpu_freq_hz: int) -> None:
-        """Pin the GPU clock and wait until it reads back."""
-        self.devfreq.pin(gpu_freq_hz)
-        self.devfreq.wait_cur_freq(gpu_freq_hz)
+        """Pin the GPU clock (or ask the node agent to) and wait until it reads back."""
+        if self.clock_request is None:
+            self.devfreq.pin(gpu_freq_hz)
+            self.devfreq.wait_cur_freq(gpu_freq_hz)
+            return
+        self.clock_request(gpu_freq_hz)
+        if not self.devfreq.wait_cur_freq(gpu_freq_hz, timeout_s=self.clock_timeout_s):
+            raise DeviceError(
+                f"asked the node agent for the GPU at {gpu_freq_hz} Hz, but cur_freq reads"
+                f" {self.devfreq.cur_freq_hz()} Hz after {self.clock_timeout_s:g} s: is"
+                " edgetrain's node agent running on this node, with no other pod on it"
+                " holding another clock?")
 
     def set_workload(self, workload: TwinWorkload) -> None:
         """Tell a twin what trains now (a real board needs no telling)."""

@@ -221,6 +221,24 @@ def test_operator_rbac_creates_no_rbac_and_reads_no_secrets() -> None:
                         ("edgetrain", "t-edgetrain-operator-leader-election")}
 
 
+@pytest.mark.parametrize(("sets", "by_agent"), [
+    ((), True), (("agent.enabled=false",), False),
+    (("operator.settings.profileClocksByAgent=false",), False)])
+def test_profile_pods_ask_the_agent_only_where_it_runs(sets: tuple[str, ...],
+                                                       by_agent: bool) -> None:
+    """Profile pods ask the chart's node agent for clocks (and may annotate pods for it) only
+    where the chart runs agents; otherwise the worker identity stays ConfigMaps only."""
+    docs = render("worker.namespaces={ml}", *sets)
+    op = next(d for d in docs if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in op["spec"]["template"]["spec"]["containers"][0]
+           ["env"]}
+    assert env["EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT"] == str(by_agent).lower()
+    worker = next(d for d in docs if d["kind"] == "ClusterRole"
+                  and d["metadata"]["name"].endswith("-worker"))
+    assert ({"resources": ["pods"], "verbs": ["patch"], "apiGroups": [""]}
+            in worker["rules"]) is by_agent
+
+
 def test_render_options() -> None:
     sm = render(api_versions=("monitoring.coreos.com/v1/ServiceMonitor",))
     assert any(d["kind"] == "ServiceMonitor" for d in sm)
@@ -426,13 +444,17 @@ def test_operator_is_admitted_as_restricted_with_only_its_rbac(
                       ("create", "serviceaccounts"), ("create", "serviceaccounts/token"),
                       ("patch", "nodes"), ("delete", "pods"), ("create", "pods")):
         assert not can_i(cluster, osa, verb, res), (verb, res)
-    # The worker identity of the job namespace came from the chart: ConfigMaps only.
+    # The worker identity of the job namespace came from the chart: ConfigMaps, and patching
+    # pods there (a profile pod's clock request to the node agent, on itself).
     jobs = release["jobs"]
     wsa = f"system:serviceaccount:{jobs}:edgetrain-worker"
     assert can_i(cluster, wsa, "create", "configmaps", jobs)
+    assert can_i(cluster, wsa, "patch", "pods", jobs)
     assert not can_i(cluster, wsa, "create", "configmaps", ns)  # its own namespace only
+    assert not can_i(cluster, wsa, "patch", "pods", ns)
     assert not can_i(cluster, wsa, "get", "secrets", jobs)
     assert not can_i(cluster, wsa, "create", "pods", jobs)
+    assert not can_i(cluster, wsa, "delete", "pods", jobs)
     # The NetworkPolicies were accepted by the API server as rendered (no CNI here enforces
     # them: docs/operator.md says so).
     pols = kube.get(api_path("networking.k8s.io/v1", "networkpolicies", ns))["items"]

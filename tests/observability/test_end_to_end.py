@@ -137,7 +137,12 @@ def test_one_job_in_cluster_with_dashboards(
         freq = int(status["selection"]["gpuFrequencyHz"])
         pinned = [e for e in events(kube, ns, "GpuFrequencyPinned")
                   if e["source"]["component"] == "edgetrain-node-agent"]
-        assert pinned and f"{freq / 1e6:g} MHz" in pinned[0]["message"]
+        trained = [e for e in pinned if "-train-" in e["involvedObject"]["name"]]
+        assert trained and f"{freq / 1e6:g} MHz" in trained[0]["message"], pinned
+        # The restricted profile pod asked the agent for its clocks (the chart's default).
+        profiled = {e["message"].split("requested ")[-1] for e in pinned
+                    if "-profile-" in e["involvedObject"]["name"]}
+        assert profiled, pinned
         wait_until(lambda: dev.current_range() == before, 30, "range restored after the job")
         # Prometheus found the agent through the API server, at its node's own address.
         targets = httpx.get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]

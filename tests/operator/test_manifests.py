@@ -12,6 +12,7 @@ from edgetrain.api.keys import (
     ANNOTATION_POWER_LIMIT_WATTS,
     POWER_MODE_ANNOTATIONS,
 )
+from edgetrain.kube import SERVICE_ACCOUNT_DIR
 from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator import manifests as mf
 from edgetrain.operator.settings import load_settings
@@ -313,3 +314,26 @@ def test_no_container_runs_a_shell_and_names_stay_one_argument() -> None:
             assert not {a.rsplit("/", 1)[-1] for a in argv} & SHELLS, argv
             assert "-c" not in argv, argv
         assert odd in [*_containers(obj)[0]["args"]] or obj["kind"] == "DaemonSet"
+
+
+def test_profile_pods_ask_the_agent_for_clocks_where_the_setting_says() -> None:
+    """PROFILE_CLOCKS_BY_AGENT: the profile command asks the node agent (naming its pod) for
+    every strategy but predicted, which also sets CPU and EMC clocks itself."""
+    by_agent = load_settings({"EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true"})
+    for settings, strategy, asks in ((load_settings({}), "frontier", False),
+                                     (by_agent, "frontier", True), (by_agent, "full", True),
+                                     (by_agent, "predicted", False)):
+        body = SPEC.model_dump(by_alias=True, exclude_none=True)
+        spec = PowerAwareTrainingJobSpec.model_validate(
+            {**body, "strategy": {**body.get("strategy", {}), "profiling": strategy}})
+        ds = mf.profile_daemonset(PATJ, spec, settings, device_model="jetson-nano", node="n1",
+                                  l4t="32.7.1", key="pk")
+        args = _args(ds)
+        container = ds["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        assert ("--clock-by-agent" in args) is asks, (strategy, args)
+        assert ("POD_NAME" in env) is asks
+        if asks:
+            assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+            assert args[args.index("--clock-by-agent") + 1:][:2] == [
+                "--sa-dir", str(SERVICE_ACCOUNT_DIR)]

@@ -14,15 +14,18 @@ from typing import Any
 import pytest
 import torch
 
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.kube import KubeApiError
 from edgetrain.operator.worker import (
     PROGRESS_KEY,
     RESULT_KEY,
     add_to_configmap,
+    agent_clock_request,
     carry_weights,
     run_worker,
 )
+from edgetrain.operator.worker_security import restrict
 
 
 class FakeKube:
@@ -261,3 +264,22 @@ def test_racing_writers_each_add_their_keys_once(kube: KubeClient, namespace: st
     assert {k for k in data if k.startswith("part-")} == {f"part-{i}.json" for i in range(8)}
     winners = [i for i, keys in added.items() if "shared" in keys]
     assert len(winners) == 1 and data["shared"] == str(winners[0]), (winners, data)
+
+
+@pytest.mark.cluster
+def test_clock_requests_annotate_the_pod_itself(kube: KubeClient, namespace: str) -> None:
+    """--clock-by-agent: a request is the node agent's GPU annotation on the asking pod; the
+    release removes it (the agent then restores the range)."""
+    kube.create(api_path("v1", "pods", namespace), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "profiler"},
+        "spec": restrict({"schedulingGates": [{"name": "edgetrain.io/test"}],
+                          "containers": [{"name": "profile", "image": "profile:never"}]})})
+    request = agent_clock_request(kube, namespace, "profiler")
+    path = api_path("v1", "pods", namespace, "profiler")
+    request(614_400_000)
+    assert kube.get(path)["metadata"]["annotations"][ANNOTATION_GPU_FREQUENCY_HZ] == "614400000"
+    request(None)
+    assert ANNOTATION_GPU_FREQUENCY_HZ not in (kube.get(path)["metadata"].get("annotations")
+                                               or {})
+    with pytest.raises(KubeApiError, match="404"):
+        agent_clock_request(kube, namespace, "gone")(307_200_000)

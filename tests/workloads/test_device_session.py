@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgetrain.device import DeviceError, GpuDevfreq
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.workloads.device_session import DeviceSession, SessionMeter
 
@@ -28,3 +29,33 @@ def test_trace_is_on_device_time_bounded_and_keeps_energy(nano: DeviceTwin) -> N
     assert energy_j == pytest.approx(usage.energy_j or 0.0, rel=1e-9)
     # Device time is the twin's per-minibatch time, whatever the host's wall time per step was.
     assert usage.device_time_s / 37 != pytest.approx(0.05, rel=0.05)
+
+
+def test_clocks_asked_of_the_agent_are_only_read_back(nano: DeviceTwin) -> None:
+    """--clock-by-agent: each pin is a request (the stand-in agent below writes devfreq, as
+    the node agent does), the session never writes devfreq nor restores a range itself, and
+    it releases the clock on exit."""
+    devfreq = GpuDevfreq.discover(nano.root)
+    table = devfreq.available_frequencies_hz()
+    asked: list[int | None] = []
+
+    def agent(freq_hz: int | None) -> None:
+        asked.append(freq_hz)
+        if freq_hz is not None:
+            devfreq.pin(freq_hz)
+
+    with DeviceSession(nano.root, clock_request=agent) as session:
+        for f in (table[2], table[0]):
+            session.pin(f)
+            assert devfreq.cur_freq_hz() == f
+    assert asked == [table[2], table[0], None]
+    # The range stays as the "agent" left it: releasing it is the agent's job.
+    assert devfreq.current_range().max_freq_hz == table[0]
+
+
+def test_a_clock_the_agent_never_sets_says_what_to_check(nano: DeviceTwin) -> None:
+    devfreq = GpuDevfreq.discover(nano.root)
+    other = next(f for f in devfreq.available_frequencies_hz() if f != devfreq.cur_freq_hz())
+    with (DeviceSession(nano.root, clock_request=lambda _f: None, clock_timeout_s=0.3)
+          as session, pytest.raises(DeviceError, match="is edgetrain's node agent running")):
+        session.pin(other)
