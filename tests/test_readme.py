@@ -97,7 +97,8 @@ def test_on_a_cluster_block_runs_as_written() -> None:
 
 def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
     """The restricted train pod kept its checkpoints on the namespace's claim: the NFS export
-    of examples/checkpoint-storage.yaml holds them, written by the worker UID."""
+    of examples/checkpoint-storage.yaml holds them, written by the worker UID; the profile pod
+    had its clocks set by the node agent."""
     with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
         job = kube.get(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", namespace,
                                 "digits-5w"))
@@ -110,6 +111,12 @@ def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
     assert ckpt.is_relative_to(export), (ckpt, export)
     files = list(ckpt.glob("*.pt"))
     assert files and all(f.stat().st_uid == 65532 for f in files), (ckpt, files)
+    # The restricted profile pod asked the node agent for each clock it measured.
+    with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
+        pinned = [e for e in kube.get(api_path("v1", "events", namespace),
+                                      fieldSelector="reason=GpuFrequencyPinned")["items"]
+                  if "-profile-" in e["involvedObject"]["name"]]
+    assert pinned and all(e["source"]["component"] == "edgetrain-node-agent" for e in pinned)
 
 
 def _operator_pod(kube: KubeClient) -> dict[str, Any]:

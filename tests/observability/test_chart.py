@@ -3,6 +3,7 @@ node agent runs on a virtual Jetson with its own ServiceAccount token (not as ad
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,8 +27,10 @@ from edgetrain.cluster import (
     container_log,
 )
 from edgetrain.cluster.controlplane import free_ports
+from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import BOARDS
+from tests.cluster.fixtures import CHECKPOINT_CLAIM, nfs_claim
 from tests.node_agent.helpers import events, sleeper_pod, wait_until
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "edgetrain"
@@ -295,26 +298,42 @@ def test_estimate_parallelism_reaches_the_operator() -> None:
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 
 
-def restrict(kube: KubeClient, namespace: str) -> str:
+@contextlib.contextmanager
+def restricted_release(kube: KubeClient, namespace: str, export: Path) -> Iterator[str]:
     """What the README does before installing: the operator's namespace enforces `restricted`.
     Jobs go to a namespace of their own (the README's `edgetrain-jobs`), which enforces
-    `restricted` too: the worker pods meet it; returns its name."""
+    `restricted` too (the worker pods meet it) and claims checkpoint storage on `export`
+    (`CHART_CHECKPOINTS` names the claim to the chart); yields its name and deletes it."""
     kube.patch(api_path("v1", "namespaces", name=namespace),
                {"metadata": {"labels": {RESTRICTED: "restricted"}}}, "merge")
     jobs = f"{namespace}-jobs"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": jobs, "labels": {RESTRICTED: "restricted"}}})
-    kube.wait_for(api_path("v1", "serviceaccounts", jobs, "default"), lambda _sa: True,
-                  timeout_s=30, what="default ServiceAccount")
-    return jobs
+    try:
+        kube.wait_for(api_path("v1", "serviceaccounts", jobs, "default"), lambda _sa: True,
+                      timeout_s=30, what="default ServiceAccount")
+        prepare_shared_dir(export)
+        with nfs_claim(kube, jobs, export, wait=False):
+            yield jobs
+    finally:
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
+
+
+# The chart values of `restricted_release`'s claim: training checkpoints there.
+CHART_CHECKPOINTS = ("--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}")
 
 
 @pytest.fixture
 def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespace: str,
-            ) -> Iterator[dict[str, Any]]:
+            tmp_path: Path) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
     name = "et"
-    jobs = restrict(kube, namespace)
+    with restricted_release(kube, namespace, tmp_path / "checkpoints") as jobs:
+        yield from _installed(cluster, kube, name, namespace, jobs, port)
+
+
+def _installed(cluster: LocalCluster, kube: KubeClient, name: str, namespace: str, jobs: str,
+               port: int) -> Iterator[dict[str, Any]]:
     helm("install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s",
          "--set", f"agent.metrics.port={port}",
          "--set-json", "agent.guard.windowSeconds=1",
@@ -322,7 +341,7 @@ def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespa
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
          # The operator runs in-cluster too (a job through it: test_end_to_end.py).
          "--set", f"operator.settings.namespaces={{{jobs}}}",
-         "--set", f"worker.namespaces={{{jobs}}}",
+         "--set", f"worker.namespaces={{{jobs}}}", *CHART_CHECKPOINTS,
          kubeconfig=cluster.kubeconfig)
     try:
         yield {"name": name, "namespace": namespace, "port": port, "jobs": jobs,
@@ -330,7 +349,6 @@ def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespa
     finally:
         helm("uninstall", name, "-n", namespace, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
-        kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
         wait_until(lambda: not kube.get("/api/v1/pods",
                                         labelSelector="app.kubernetes.io/instance=et")["items"],
                    60, "release pods gone")
