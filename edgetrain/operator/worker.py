@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ
 from edgetrain.api.training import TrainingEvent
+from edgetrain.device import DeviceError
 from edgetrain.kube import KubeApiError, KubeClient, api_path, wait_for_stop_signal
 
 PROGRESS_KEY = "progress.json"
@@ -361,9 +362,12 @@ def agent_clock_request(client: KubeClient, namespace: str, pod: str) -> Callabl
         try:
             retry_api(send, f"asking the node agent for {value or 'the clock back'}",
                       deadline_s=AGENT_REQUEST_RETRY_S)
-        except KubeApiError:
+        except KubeApiError as exc:
             if gpu_freq_hz is not None:
-                raise
+                raise DeviceError(
+                    f"could not ask the node agent for the GPU at {gpu_freq_hz} Hz on pod"
+                    f" {namespace}/{pod}: {exc} (the worker role needs patch on pods: chart"
+                    " operator.settings.profileClocksByAgent with agent.enabled)") from None
             # Releasing at exit: the pod's end releases the clock too.
             print(f"edgetrain worker: clock release on pod {namespace}/{pod} not sent",
                   file=sys.stderr)
