@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,12 @@ def test_a_5000_character_crash_message_reaches_status(
     with pytest.raises(KubeApiError) as refused:  # what the operator used to send
         kube.patch(path, {"status": raw}, "merge")
     assert refused.value.code == 422
-    kube.patch(path, {"status": status.wire()}, "merge")
-    stored = kube.get(patj_path(namespace, "long-message"))["status"]["message"]
-    assert len(stored) <= MAX_STRING and stored.endswith("ValueError: the cause")
+    # An operator running in this session may still write its own first status (estimating)
+    # after ours, until it sees the job Failed: patch again until the terminal status stays.
+    for _ in range(20):
+        kube.patch(path, {"status": status.wire()}, "merge")
+        time.sleep(0.5)
+        stored = kube.get(patj_path(namespace, "long-message"))["status"]["message"]
+        if stored.endswith("ValueError: the cause"):
+            break
+    assert len(stored) <= MAX_STRING and stored.endswith("ValueError: the cause"), stored
