@@ -422,9 +422,9 @@ def profile_command(
     """Measure time per sample and peak/mean power per (batch size, GPU frequency).
 
     Pins each frequency through devfreq (or the node agent), trains real minibatches, waits
-    for power to settle,
-    and writes the profile CSV plus `<name>.meta.json`. The GPU range is restored on exit,
-    also on Ctrl-C or SIGTERM. On a device twin every figure is simulated (the sidecar says so).
+    for power to settle, and writes the profile CSV plus `<name>.meta.json`. The GPU range is
+    restored on exit, also on Ctrl-C or SIGTERM. On a device twin every figure is simulated
+    (the sidecar says so).
     """
     import signal
 
