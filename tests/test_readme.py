@@ -138,8 +138,13 @@ def _kill_the_operator_mid_job(run_dir: Path) -> tuple[str, str]:
                           for job in jobs["items"]),
                       timeout_s=300, what="digits-5w past Pending")
         pod = _operator_pod(kube)
+        nodes = {n["metadata"]["name"]: (n["spec"].get("taints"), [
+            (c["type"], c["status"]) for c in n["status"].get("conditions", [])])
+            for n in kube.get(api_path("v1", "nodes"))["items"]}
     container_id = pod["status"]["containerStatuses"][0]["containerID"]
-    assert container_id.startswith("containerd://"), container_id
+    # Where it landed instead, and what the nodes said: the affinity only prefers the real one.
+    assert container_id.startswith("containerd://"), (container_id, pod["spec"]["nodeName"],
+                                                      nodes)
     socket = run_dir / "node" / "ctd" / "ctd.sock"
     kill = subprocess.run([str(binaries.bin_dir() / "ctr"), "--address", str(socket), "-n",
                            "k8s.io", "task", "kill", "-s", "SIGKILL",

@@ -34,7 +34,7 @@ from edgetrain.cluster.realnode import (
     teardown,
 )
 from edgetrain.cluster.vnode import VNodeAgent, prepare_shared_dir
-from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready
+from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready, node_schedulable
 
 app = typer.Typer(
     help="A real local Kubernetes control plane with virtual Jetson nodes.",
@@ -160,7 +160,7 @@ def up(
                 proc.check()
                 nodes = [n for n in _virtual_nodes(client)
                          if n["metadata"]["labels"].get(LABEL_NODE_KIND) != "idle"]
-                if sum(node_ready(n) for n in nodes) >= expected:
+                if sum(node_schedulable(n) for n in nodes) >= expected:
                     break
                 if time.monotonic() > deadline:
                     err.print(f"[red]virtual nodes not Ready after {timeout_s:.0f} s[/red]; "

@@ -10,6 +10,7 @@ between fork and exec, so it only makes system calls (ctypes) and raises nothing
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,9 +59,6 @@ class Isolation:
     read_only_root: bool = False
     # (host path, read-only), parents before children: bind-mounted onto themselves.
     mounts: tuple[tuple[str, bool], ...] = ()
-    # Mount points of the host's non-kernel file systems: remounted read-only for a read-only
-    # root file system.
-    root_mounts: tuple[str, ...] = ()
     uid: int | None = None
     gid: int | None = None
     groups: tuple[int, ...] = ()
@@ -75,15 +73,34 @@ class Isolation:
                     or self.capabilities is not None)
 
     def enter(self) -> None:
-        """In the child before exec: namespace, mounts, groups, UID, capabilities."""
+        """In the child before exec: namespace, mounts, groups, UID, capabilities. A failure
+        is also written to the container's log (subprocess only says preexec_fn failed)."""
+        try:
+            self._enter()
+        except OSError as exc:
+            os.write(2, f"vnode: cannot confine the container: {exc}\n".encode())
+            raise
+
+    def _enter(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         if self.read_only_root or any(ro for _, ro in self.mounts):
             _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
             # Nothing done here may leak back into the host's mount table.
             _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
             if self.read_only_root:
-                for point in self.root_mounts:
-                    _remount(libc, point, read_only=True)
+                # This namespace's own table, read once it is private: the host's mounts come
+                # and go (container runtimes, other pods), and a table read before the fork
+                # named points that were gone by now.
+                with open("/proc/self/mountinfo") as table:
+                    points = root_mount_points(table.read())
+                for point in points:
+                    try:
+                        _remount(libc, point, read_only=True)
+                    except OSError as exc:
+                        # Shadowed by a later mount over a parent: the path now leads elsewhere
+                        # (a point of its own in this list) or nowhere.
+                        if exc.errno not in (errno.ENOENT, errno.EINVAL):
+                            raise
             for path, read_only in self.mounts:
                 p = path.encode()
                 _check(libc.mount(p, p, None, MS_BIND, None), f"bind {path}")
@@ -169,7 +186,7 @@ def _merged(pod: Obj, container: Obj, key: str) -> object:
 
 
 def container_isolation(pod_spec: Obj, container: Obj, mounts: Sequence[tuple[str, bool]],
-                        mountinfo: str = "") -> Isolation:
+                        ) -> Isolation:
     """The confinement of one container: its securityContext and resolved volume mounts
     ((host path, readOnly) in mount order). Raises SecurityContextError like the kubelet."""
     sc = container.get("securityContext") or {}
@@ -199,7 +216,6 @@ def container_isolation(pod_spec: Obj, container: Obj, mounts: Sequence[tuple[st
     return Isolation(
         read_only_root=ro_root,
         mounts=tuple(ordered) if (ro_root or any(ro for _, ro in ordered)) else (),
-        root_mounts=root_mount_points(mountinfo) if ro_root else (),
         uid=None if uid is None else int(str(uid)),
         gid=None if gid is None and uid in (None, 0) else int(str(gid or 0)),
         groups=tuple(dict.fromkeys(groups)),

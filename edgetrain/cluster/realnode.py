@@ -40,7 +40,7 @@ from edgetrain.cluster.process import (
     ManagedProcess,
     rss_bytes,
 )
-from edgetrain.kube import KubeClient, api_path, node_ready
+from edgetrain.kube import KubeClient, api_path, node_schedulable
 
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "pause")
 KUBELET_PORT = 10250
@@ -320,10 +320,12 @@ imports = []
         ], env)
         path = api_path("v1", "nodes", name=self.name)
         with KubeClient.from_kubeconfig(self.run_dir / "kubeconfig") as client:
+            # Ready alone is not enough: until the node lifecycle controller lifts its not-ready
+            # taint, the scheduler puts a pod that only prefers this node on a virtual one.
             def ready() -> bool:
                 node = client.get_or_none(path)
-                return node is not None and node_ready(node)
-            proc.wait_ready(ready, timeout_s, "a Ready Node")
+                return node is not None and node_schedulable(node)
+            proc.wait_ready(ready, timeout_s, "a Ready, untainted Node")
 
     def memory_rss_bytes(self) -> dict[str, int]:
         """Resident memory of the node's own processes and its pods' shims."""

@@ -52,14 +52,6 @@ def default_executables() -> dict[str, list[str]]:
     }
 
 
-def _mountinfo() -> str:
-    """The host's mount table, which a read-only root file system makes read-only."""
-    try:
-        return Path("/proc/self/mountinfo").read_text()
-    except OSError:
-        return ""
-
-
 def _has_kubectl() -> bool:
     try:
         binaries.kubectl()
@@ -283,8 +275,7 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
             # the pod's volumes (a read-only /sys) go over it.
             device = (os.path.realpath(self.node.host_root), False)
             iso = container_isolation(self.pod["spec"], spec,
-                                      [device, *mounts, (os.path.realpath(term_log), False)],
-                                      _mountinfo())
+                                      [device, *mounts, (os.path.realpath(term_log), False)])
         except (ValueError, KubeApiError) as exc:
             c.waiting_reason, c.waiting_message = "CreateContainerConfigError", str(exc)
             c.next_start_s = time.monotonic() + 2.0

@@ -100,7 +100,10 @@ class GpuDevfreq:
     def governor(self) -> str | None:
         """Active devfreq governor (nvhost_podgov by default), if exposed."""
         try:
-            return read_text(self.path / "governor")
+            # The first word: a shorter name stored over a longer one leaves the old tail
+            # behind its newline for an instant on a twin.
+            words = read_text(self.path / "governor").split()
+            return words[0] if words else None
         except OSError:
             return None
 

@@ -42,8 +42,8 @@ def read_text(path: Path) -> str:
 def read_int(path: Path, retries: int = 5) -> int:
     """An integer sysfs attribute.
 
-    A kernel attribute is never empty, but a twin's plain file is for the instant between
-    another process's truncate and write; retry briefly rather than fail on that.
+    A kernel attribute is never empty; a twin's plain file is only while it is being created
+    (`write_value` never truncates before it writes), so retry briefly rather than fail.
     """
     text = read_text(path)
     for _ in range(retries):
@@ -83,8 +83,19 @@ def write_value(path: Path, value: str) -> None:
     if hook is not None:
         hook(path, value)
         return
-    with _stop_signals_deferred(), open(path, "w") as fh:
-        fh.write(value)
+    # Newline-terminated as `echo` stores it (every sysfs store accepts that), and without
+    # O_TRUNC: a twin's plain file is then never empty, even while the writer is descheduled
+    # mid-store, and a shorter value only leaves the old tail after its newline until the
+    # truncate (readers take the first word). Sysfs ignores the truncate.
+    data = (value if value.endswith("\n") else value + "\n").encode()
+    with _stop_signals_deferred():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            if os.fstat(fd).st_size > len(data):
+                os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
 
 @contextmanager

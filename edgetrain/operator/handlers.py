@@ -93,12 +93,32 @@ _ROUTINE = ("Handler 'forget' succeeded", "Handler 'wake-budgets' succeeded",
 logging.getLogger("kopf.objects").addFilter(_QuietPolls())
 
 
+# kopf asks again only after a 401, and it refuses the credentials it was just refused: given
+# the same token back it stops the operator ("Ran out of valid credentials"). After a
+# revocation the kubelet rotates the token file soon after; wait for that first.
+TOKEN_ROTATION_WAIT_S = 30.0
+_LOGIN_POLL_S = 0.5
+_last_login_token: dict[str, str] = {}
+
+
+def _bearer(cfg: Any) -> tuple[str, str]:
+    scheme, _sep, token = str(cfg.get_api_key_with_prefix("BearerToken") or "").partition(" ")
+    return scheme, token
+
+
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """kopf's credentials from the same loader as every other client (kopf asks again on a
-    401, so a rotated ServiceAccount token is picked up)."""
+    """kopf's credentials from the same loader as every other client: on a 401, the rotated
+    ServiceAccount token once the file has it (up to TOKEN_ROTATION_WAIT_S)."""
     cfg = load_configuration()
-    scheme, _sep, token = str(cfg.get_api_key_with_prefix("BearerToken") or "").partition(" ")
+    scheme, token = _bearer(cfg)
+    deadline = time.monotonic() + TOKEN_ROTATION_WAIT_S
+    while token and token == _last_login_token.get("token") and time.monotonic() < deadline:
+        time.sleep(_LOGIN_POLL_S)
+        cfg = load_configuration()
+        scheme, token = _bearer(cfg)
+    if token:
+        _last_login_token["token"] = token
     return kopf.ConnectionInfo(
         server=str(cfg.host),
         ca_path=cfg.ssl_ca_cert,

@@ -5,6 +5,10 @@ container's own mount namespace), the pod's UID/GID, and the capabilities it kee
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,7 +57,7 @@ def test_root_mount_points_skip_kernel_file_systems() -> None:
 ])
 def test_security_context_table(pod: dict[str, Any], container: dict[str, Any],
                                 expect: dict[str, Any]) -> None:
-    iso = container_isolation(pod, container, [], MOUNTINFO)
+    iso = container_isolation(pod, container, [])
     for key, want in expect.items():
         if key == "capabilities_has":
             assert iso.capabilities is not None and want <= iso.capabilities
@@ -68,6 +72,24 @@ def test_mounts_go_parents_first_and_only_when_something_is_read_only() -> None:
     iso = container_isolation({}, {"name": "c"}, mounts)
     assert iso.mounts == (("/t/state", False), ("/t/sys", True), ("/t/sys/devices/gpu", False))
     assert container_isolation({}, {"name": "c"}, [("/t/state", False)]).mounts == ()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root, as a kubelet does")
+def test_a_read_only_root_covers_the_mounts_of_the_moment_it_starts(tmp_path: Path) -> None:
+    """The child reads its own mount table: a mount made after the plan is read-only too, and
+    none that vanished since (container runtimes' mounts come and go) can fail the start."""
+    iso = container_isolation({}, {"name": "c", "securityContext": {
+        "readOnlyRootFilesystem": True}}, [])
+    late = tmp_path / "late"
+    late.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(late)], check=True)
+    try:
+        proc = subprocess.run([sys.executable, "-c", f"open({str(late / 'f')!r}, 'w')"],
+                              preexec_fn=iso.enter, capture_output=True, text=True, check=False)
+    finally:
+        subprocess.run(["umount", str(late)], check=True)
+    assert proc.returncode == 1 and "Read-only file system" in proc.stderr, proc.stderr
+    assert not (late / "f").exists()
 
 
 def test_run_as_non_root_without_a_uid_is_refused() -> None:

@@ -1,4 +1,5 @@
-"""The one write path: a stop signal never lands between a store's truncate and its write."""
+"""The one write path: a store is never cut in half, by a stop signal or by a reader looking in
+while its writer is descheduled."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from types import FrameType
 
 import pytest
 
-from edgetrain.device.sysfs import write_value
+from edgetrain.device.sysfs import read_int, write_value
 
 
 class Stopped(Exception):
@@ -71,3 +72,25 @@ def test_a_store_from_another_thread_is_plain(tmp_path: Path) -> None:
     worker.start()
     worker.join()
     assert path.read_text() == "921600000\n"
+
+
+def test_a_reader_never_finds_a_store_empty(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    """No truncate before the write: what another process reads mid-store (here, just before
+    the bytes go in) is the old value, and after it the new one, whatever their lengths."""
+    path = tmp_path / "max_freq"
+    path.write_text("1267200000\n")
+    seen: list[int] = []
+    real_write = os.write
+
+    def looking_in(fd: int, data: bytes) -> int:
+        seen.append(read_int(path))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", looking_in)
+    write_value(path, "76800000")
+    write_value(path, "1267200000")
+    assert seen == [1_267_200_000, 76_800_000]
+    assert path.read_text() == "1267200000\n"
+    write_value(path, "76800000")
+    assert path.read_text() == "76800000\n"  # the longer value's tail is cut after the store

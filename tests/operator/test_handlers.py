@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import yaml
 
 from edgetrain.api.job_status import Phase
 from edgetrain.cluster import KubeClient
+from edgetrain.kube import ENV_SERVICE_ACCOUNT_DIR
 from edgetrain.operator import handlers
 from edgetrain.operator.handlers import merge_diff
 from edgetrain.operator.reconcile import Indexes, Reconciler
@@ -83,3 +85,36 @@ def test_final_jobs_release_their_memory() -> None:
                                                       "status": {"phase": "Training"}})))
     assert "r" in handlers._written  # a running job keeps it
     handlers.forget("r")
+
+
+@pytest.fixture
+def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pod's ServiceAccount directory with token A, and the in-cluster environment."""
+    (tmp_path / "token").write_text("token-a")
+    (tmp_path / "ca.crt").write_text("not read until a connection")
+    monkeypatch.setenv(ENV_SERVICE_ACCOUNT_DIR, str(tmp_path))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(handlers, "_last_login_token", {})
+    return tmp_path
+
+
+def test_login_after_a_401_waits_for_the_rotated_token(in_a_pod: Path) -> None:
+    """kopf asks again after a 401 and refuses the token it was refused (the operator would
+    exit): the second login returns only once the kubelet has rotated the file."""
+    assert handlers.login().token == "token-a"
+    rotate = threading.Timer(1.0, (in_a_pod / "token").write_text, ("token-b",))
+    rotate.start()
+    try:
+        info = handlers.login()
+    finally:
+        rotate.cancel()
+    assert (info.scheme, info.token) == ("Bearer", "token-b")
+
+
+def test_login_gives_the_same_token_back_when_none_comes(
+        in_a_pod: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No rotation within the wait: the same token, and kopf's own LoginError decides."""
+    monkeypatch.setattr(handlers, "TOKEN_ROTATION_WAIT_S", 0.6)
+    assert handlers.login().token == "token-a"
+    assert handlers.login().token == "token-a"
