@@ -3,31 +3,44 @@
 # Jetsons; amd64 serves twins and CI.
 #   docker build -f images/node-agent.Dockerfile .                  (python:3.11-slim, PyPI)
 #   scripts/build-images.sh node-agent      (podman, local Debian base, cached wheels)
+# Built as operator.Dockerfile is: the package natively in its own stage, the dependencies in
+# a layer a source change reuses.
 ARG BASE=python:3.11-slim-bookworm
+ARG PACKAGE_BASE=python:3.11-slim-bookworm
+# Set by BuildKit; podman 4 needs them as build args (build-images.sh passes both): without
+# them, it builds every stage for the target platform.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 
-FROM ${BASE} AS build
+FROM --platform=$BUILDPLATFORM ${PACKAGE_BASE} AS package
+ARG PIP_OPTIONS=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/build && /opt/build/bin/pip install $PIP_OPTIONS "setuptools>=77" wheel \
+ && python3 -m venv --without-pip /opt/venv
+COPY pyproject.toml README.md /src/
+COPY edgetrain /src/edgetrain
+RUN /opt/build/bin/pip wheel $PIP_OPTIONS --no-deps --no-build-isolation -w /dist /src \
+ && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index /dist/*.whl
+
+FROM --platform=$TARGETPLATFORM ${BASE} AS deps
 # Options for every pip call, e.g. "--no-index --find-links /wheels" (build-images.sh).
 ARG PIP_OPTIONS=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-RUN python3 -m venv /opt/venv
-# Dependencies in their own layer: a source change reuses it. Pruned: the Kubernetes client's
-# asyncio copy (66 MB; edgetrain uses the sync client, kopf its own aiohttp) and numpy's tests.
+# Pruned: the Kubernetes client's asyncio copy (66 MB; edgetrain uses the sync client) and
+# numpy's tests.
 COPY pyproject.toml images/requirements.py /src/
-RUN python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
- && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt "setuptools>=77" wheel \
+RUN python3 -m venv /opt/venv \
+ && python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
+ && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt \
  && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
-           /opt/venv/lib/python3*/site-packages/numpy/*/tests
-COPY README.md /src/
-COPY edgetrain /src/edgetrain
-# The package's own build uses the setuptools installed above, not an isolated build env: under
-# arm64 emulation, making that env on every source change cost minutes.
-RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps --no-build-isolation /src \
- && /opt/venv/bin/python -c "import edgetrain.node_agent.agent" \
- && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools wheel
+           /opt/venv/lib/python3*/site-packages/numpy/*/tests \
+ && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
-FROM ${BASE}
+FROM --platform=$TARGETPLATFORM ${BASE}
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-COPY --from=build /opt/venv /opt/venv
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=package /opt/venv/lib/python3.11/site-packages/ /opt/venv/lib/python3.11/site-packages/
+COPY --from=package /opt/venv/bin/edgetrain /opt/venv/bin/edgetrain
 # Root: writing devfreq min_freq/max_freq needs it (the chart runs the pod privileged).
 EXPOSE 9400
 ENTRYPOINT ["edgetrain", "node-agent"]

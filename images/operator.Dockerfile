@@ -3,29 +3,48 @@
 #   docker build -f images/operator.Dockerfile .                    (python:3.11-slim, PyPI)
 #   scripts/build-images.sh operator        (podman, local Debian base, cached wheels)
 ARG BASE=python:3.11-slim-bookworm
+# The package stage's base, on the build machine's own architecture (build-images.sh passes the
+# local Debian base of that architecture); Python 3.11, as BASE's.
+ARG PACKAGE_BASE=python:3.11-slim-bookworm
+# Set by BuildKit; podman 4 needs them as build args (build-images.sh passes both): without
+# them, it builds every stage for the target platform.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 
-FROM ${BASE} AS build
+# The package is pure Python: built and installed once, natively, for every architecture. Under
+# arm64 emulation pip's own run cost more than a minute on every source change.
+FROM --platform=$BUILDPLATFORM ${PACKAGE_BASE} AS package
+ARG PIP_OPTIONS=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/build && /opt/build/bin/pip install $PIP_OPTIONS "setuptools>=77" wheel \
+ && python3 -m venv --without-pip /opt/venv
+COPY pyproject.toml README.md /src/
+COPY edgetrain /src/edgetrain
+# Into an empty venv at the image's path: its site-packages then holds the package alone
+# (byte-compiled by the same Python version as the image's), its bin the `edgetrain` script.
+RUN /opt/build/bin/pip wheel $PIP_OPTIONS --no-deps --no-build-isolation -w /dist /src \
+ && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index /dist/*.whl
+
+FROM --platform=$TARGETPLATFORM ${BASE} AS deps
 # Options for every pip call, e.g. "--no-index --find-links /wheels" (build-images.sh).
 ARG PIP_OPTIONS=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-RUN python3 -m venv /opt/venv
-# Dependencies in their own layer: a source change reuses it. Pruned: the Kubernetes client's
-# asyncio copy (66 MB; edgetrain uses the sync client, kopf its own aiohttp) and numpy's tests.
+# Pruned: the Kubernetes client's asyncio copy (66 MB; edgetrain uses the sync client, kopf its
+# own aiohttp) and numpy's tests.
 COPY pyproject.toml images/requirements.py /src/
-RUN python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
- && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt "setuptools>=77" wheel \
+RUN python3 -m venv /opt/venv \
+ && python3 /src/requirements.py /src/pyproject.toml > /src/requirements.txt \
+ && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt \
  && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
-           /opt/venv/lib/python3*/site-packages/numpy/*/tests
-COPY README.md /src/
-COPY edgetrain /src/edgetrain
-# The package's own build uses the setuptools installed above, not an isolated build env: under
-# arm64 emulation, making that env on every source change cost minutes.
-RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps --no-build-isolation /src \
- && /opt/venv/bin/python -c "import edgetrain.operator.runner, edgetrain.operator.handlers, edgetrain.operator.budget_handlers" \
- && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools wheel
+           /opt/venv/lib/python3*/site-packages/numpy/*/tests \
+ && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
-FROM ${BASE}
+FROM --platform=$TARGETPLATFORM ${BASE}
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-COPY --from=build /opt/venv /opt/venv
+# The dependencies' layer is reused until pyproject.toml changes; a source change adds only
+# the package's own small layer.
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=package /opt/venv/lib/python3.11/site-packages/ /opt/venv/lib/python3.11/site-packages/
+COPY --from=package /opt/venv/bin/edgetrain /opt/venv/bin/edgetrain
 USER 65532:65532
 ENTRYPOINT ["edgetrain", "operator"]

@@ -7,7 +7,24 @@
 #   docker buildx build --platform linux/arm64 -f images/trainer-jetson.Dockerfile .
 #   docker buildx build --platform linux/arm64 --build-arg BASE=... -f images/trainer-jetson.Dockerfile .
 ARG BASE=nvcr.io/nvidia/pytorch:24.12-py3-igpu
-FROM ${BASE}
+# The wheel's stage runs on the build machine's own architecture (build-images.sh passes its
+# local Debian base): the package is pure Python, so one wheel serves any Python >= 3.10.
+ARG PACKAGE_BASE=python:3.11-slim-bookworm
+# Set by BuildKit; podman 4 needs them as build args (build-images.sh passes both): without
+# them, it builds every stage for the target platform.
+ARG BUILDPLATFORM
+ARG TARGETPLATFORM
+
+# Built natively: under arm64 emulation, building it from source cost more than a minute.
+FROM --platform=$BUILDPLATFORM ${PACKAGE_BASE} AS package
+ARG PIP_OPTIONS=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/build && /opt/build/bin/pip install $PIP_OPTIONS "setuptools>=77" wheel
+COPY pyproject.toml README.md /src/
+COPY edgetrain /src/edgetrain
+RUN /opt/build/bin/pip wheel $PIP_OPTIONS --no-deps --no-build-isolation -w /dist /src
+
+FROM --platform=$TARGETPLATFORM ${BASE}
 # Options for every pip call, e.g. "--no-index --find-links /wheels" (build-images.sh).
 ARG PIP_OPTIONS=""
 # A torch requirement for bases without torch, e.g. "torch==2.9.1" (CPU only on aarch64).
@@ -23,11 +40,11 @@ RUN python3 /src/requirements.py /src/pyproject.toml train > /src/requirements.t
  && if /opt/venv/bin/python -c "import torch" 2>/dev/null; then \
       sed -i '/^torch\([<>=!~ ;]\|$\)/d' /src/requirements.txt; fi \
  && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt
-COPY README.md /src/
-COPY edgetrain /src/edgetrain
-RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps /src \
- && /opt/venv/bin/python -c "import torch, edgetrain.workloads" \
- && rm -rf /src
+# Byte-compiled here, by the image's own Python (3.10 on JetPack 6, 3.12 on 7): the pods' root
+# file system is read-only, so nothing compiles later.
+COPY --from=package /dist /dist
+RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps --no-index /dist/*.whl \
+ && rm -rf /src /dist
 ENV PATH=/opt/venv/bin:$PATH
 ENTRYPOINT ["edgetrain"]
 CMD ["--help"]

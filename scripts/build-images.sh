@@ -23,6 +23,8 @@
 #   BASE              base of operator, node-agent, estimator, trainer-cpu. Default: a Debian
 #                     bookworm base per architecture, made here with mmdebstrap (no registry);
 #                     set e.g. BASE=python:3.11-slim-bookworm to use the official image instead.
+#   PACKAGE_BASE      base of the stage that builds the package's wheel, run on this host's
+#                     architecture (Python 3.11). Default: BASE, else this host's Debian base.
 #   ESTIMATOR_BASE    default: $BASE (PyPI's x86-64 torch wheel brings the CUDA libraries).
 #   TRAINER_BASE      default: the Dockerfile's JetPack 6 base (images/README.md).
 #   PIP_OPTIONS       pip options inside the build. Default with podman: the wheel cache below
@@ -208,7 +210,7 @@ wheel_dir() {  # machine (x86_64|aarch64), extras ("" or "train"), extra require
       "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" \
         >>"$dir/requirements.txt"
     fi
-    # setuptools and wheel: pip builds the package itself from /wheels too (build isolation).
+    # setuptools and wheel: the package stage builds the wheel from /wheels too.
     "$PYTHON" -m pip download --quiet --dest "$dir" --only-binary=:all: \
       --python-version 3.11 --implementation cp --abi cp311 "${platforms[@]}" \
       -r "$dir/requirements.txt" "setuptools>=68" wheel
@@ -222,6 +224,11 @@ build() {  # ref dockerfile base arch extras [pin]
   local args=() opts="${PIP_OPTIONS-}"
   args+=(--network host -f "$ROOT/images/$file" -t "$ref" --platform "linux/$arch")
   [[ -n "$base" ]] && args+=(--build-arg "BASE=$base")
+  # The pure-Python package is built in a stage of this host's own architecture (no emulation).
+  args+=(--build-arg "PACKAGE_BASE=$(base_for "$(host_arch)" "${PACKAGE_BASE:-${BASE:-}}")")
+  # BuildKit sets these itself; podman 4 does not.
+  [[ "$ENGINE" == podman ]] && args+=(--build-arg "BUILDPLATFORM=linux/$(host_arch)"
+                                      --build-arg "TARGETPLATFORM=linux/$arch")
   [[ -n "$pin" ]] && args+=(--build-arg "TORCH=$pin")
   if [[ "$ENGINE" == podman ]]; then
     # Build-time mounts only: the pip settings and certificates never enter a layer.

@@ -49,7 +49,21 @@ def test_bases_are_build_arguments() -> None:
         text = (IMAGES / name).read_text()
         m = re.search(r"^ARG BASE=(\S+)$", text, re.M)
         assert m and base in m.group(1), name
-        assert "FROM ${BASE}" in text, name
+        assert re.search(r"^FROM (--platform=\$TARGETPLATFORM )?\$\{BASE\}$", text, re.M), name
+
+
+@pytest.mark.parametrize("name", ["operator.Dockerfile", "node-agent.Dockerfile",
+                                  "trainer-jetson.Dockerfile"])
+def test_the_package_is_built_on_the_build_machines_architecture(name: str) -> None:
+    """Its wheel in a stage of the build machine's own platform (no emulation), installed by
+    the images from there; the script gives podman the platforms BuildKit sets itself."""
+    text = (IMAGES / name).read_text()
+    assert "FROM --platform=$BUILDPLATFORM ${PACKAGE_BASE} AS package" in text
+    assert "pip wheel $PIP_OPTIONS --no-deps --no-build-isolation -w /dist /src" in text
+    assert "COPY --from=package " in text
+    script = (ROOT / "scripts" / "build-images.sh").read_text()
+    assert '"BUILDPLATFORM=linux/$(host_arch)"' in script
+    assert '"TARGETPLATFORM=linux/$arch"' in script
 
 
 def test_operator_and_agent_install_no_torch() -> None:
@@ -63,7 +77,10 @@ def test_operator_and_agent_install_no_torch() -> None:
     for name in ("operator.Dockerfile", "node-agent.Dockerfile"):
         text = (IMAGES / name).read_text()
         assert "requirements.py /src/pyproject.toml >" in text, name
-        assert "--no-deps --no-build-isolation /src" in text, name
+        # The package alone, into an empty venv at the image's path: no dependency comes in
+        # with it, so the deps stage's list is the whole of them.
+        assert "python3 -m venv --without-pip /opt/venv" in text, name
+        assert "--python /opt/venv/bin/python install --no-deps --no-index /dist/*.whl" in text
     # Every module of the operator and the node agent imports with the extras' packages
     # (train, dev: torch, matplotlib, httpx, pytest, ...) absent, as in the slim images.
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
