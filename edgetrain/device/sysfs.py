@@ -87,15 +87,20 @@ def write_value(path: Path, value: str) -> None:
     # O_TRUNC: a twin's plain file is then never empty, even while the writer is descheduled
     # mid-store, and a shorter value only leaves the old tail after its newline until the
     # truncate (readers take the first word). Sysfs ignores the truncate.
-    data = (value if value.endswith("\n") else value + "\n").encode()
     with _stop_signals_deferred():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-            if os.fstat(fd).st_size > len(data):
-                os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
+        store_in_place(path, (value if value.endswith("\n") else value + "\n").encode())
+
+
+def store_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` over the file's start, then cut the file to its length: never empty, one
+    inode (the twin stores its live values this way too; far cheaper than a rename)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        if os.fstat(fd).st_size > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 @contextmanager

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from edgetrain.device import FrequencyRange, GpuDevfreq, UnsupportedFrequencyError
-from edgetrain.device.sim import BOARDS, DeviceTwin
+from edgetrain.device import (
+    FrequencyRange,
+    GpuDevfreq,
+    SysfsPowerSensor,
+    UnsupportedFrequencyError,
+)
+from edgetrain.device.sim import BOARDS, DeviceTwin, read_state
 from edgetrain.device.sim.twin import DEVFREQ_REPAIR_S
 from edgetrain.device.sysfs import write_value
 from edgetrain.workloads import workload_cost
@@ -144,3 +150,44 @@ def test_a_file_left_empty_by_a_dead_writer_is_repaired(
     assert (node.path / "max_freq").read_text() == ""  # the writer may still finish
     twin.tick(now=100.0 + DEVFREQ_REPAIR_S)
     assert node.current_range() == before
+
+
+def test_a_store_through_a_file_opened_before_the_twin_rewrote_it_lands(
+    built_nano: tuple[DeviceTwin, GpuDevfreq],
+) -> None:
+    """The twin stores in place, as the kernel does: a writer in another process that opened
+    max_freq just before the twin snapped it still writes the file readers see (a replaced
+    inode would have taken that store with it)."""
+    twin, node = built_nano
+    (node.path / "max_freq").write_text("600000000\n")
+    fd = os.open(node.path / "max_freq", os.O_WRONLY)  # the writer's open ...
+    try:
+        twin.tick()  # ... the twin snaps 600 MHz up to 614.4 MHz meanwhile ...
+        assert node.max_freq_hz() == 614_400_000
+        os.write(fd, b"460800000\n")  # ... then its store
+    finally:
+        os.close(fd)
+    twin.tick()
+    assert node.max_freq_hz() == 460_800_000
+
+
+def test_live_files_keep_their_inode_and_the_state_follows_a_mode_at_once(
+        tmp_path: Path) -> None:
+    """Each tick stores power and clock in place (one inode, as sysfs), and the state file,
+    otherwise rewritten once a second, changes on the tick that sees a new workload."""
+    twin = DeviceTwin("jetson-nano", tmp_path, cost_of=workload_cost).build()
+    try:
+        sensor = SysfsPowerSensor.discover(tmp_path)
+        power = next(p for p in (tmp_path / twin.spec.sensors[0].path).iterdir()
+                     if p.name.startswith("in_power"))
+        inode = power.stat().st_ino
+        first = sensor.read().total_power_w
+        for i in range(1, 6):
+            twin.tick(now=100.0 + 0.1 * i)
+        assert power.stat().st_ino == inode
+        assert sensor.read().total_power_w != first  # the noise moved it, in place
+        assert (state := read_state(tmp_path)) is not None and not state.workload.busy
+        twin.set_workload("resnet8", 16)
+        assert (state := read_state(tmp_path)) is not None and state.workload.busy
+    finally:
+        twin.stop()

@@ -39,7 +39,6 @@ from edgetrain.device.sim.control import (
     TwinState,
     TwinWorkload,
     atomic_write,
-    kept_mode,
     read_workload,
     write_workload,
 )
@@ -53,11 +52,11 @@ from edgetrain.device.sim.physics import (
     idle_power,
     max_power_mode,
 )
-from edgetrain.device.sysfs import register_write_hook, unregister_write_hook
+from edgetrain.device.sysfs import register_write_hook, store_in_place, unregister_write_hook
 
 SHUNT_MILLIOHM = 5.0  # ESTIMATE: shunt resistor used only for the hwmon in4-in7 files
 THERMAL_FILE_PERIOD_S = 0.25
-STATE_FILE_PERIOD_S = 0.05
+STATE_FILE_PERIOD_S = 1.0
 # How long devfreq files may read empty or inverted before the twin calls the store failed:
 # longer than a busy writer takes between its truncate and write, or between its two stores.
 DEVFREQ_REPAIR_S = 1.0
@@ -82,6 +81,16 @@ def _rel_symlink(link: Path, target: Path) -> None:
         link.unlink()
     link.symlink_to(os.path.relpath(target, link.parent))
 
+
+
+def _first_word(path: str) -> str:
+    """A small attribute file's first word (IndexError when empty), without pathlib or a
+    text wrapper: the twin reads several each tick."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 256).split()[0].decode()
+    finally:
+        os.close(fd)
 
 class DeviceTwin:
     """A simulated Jetson rooted at `root`; use as a context manager to build, run and stop it."""
@@ -137,21 +146,28 @@ class DeviceTwin:
         self._lvl_gap = self._lvl_busy
         self._cur_hz = self._min_hz
         self._gt_cache: dict[tuple[object, ...], GroundTruth] = {}
-        self._written: dict[Path, str] = {}
+        self._written: dict[str, str] = {}
+        self._dirs: dict[str | Path, str] = {}
         self._thermal_written_s = -math.inf
         self._state_written_s = -math.inf
+        self._state_slow: tuple[object, ...] = ()
         self.built = False
 
-    def _put(self, path: Path, text: str) -> None:
-        """Atomically replace a live file, skipping the write when the content is unchanged."""
-        if self._written.get(path) == text:
+    def _dir(self, rel: str | Path) -> str:
+        """A directory of the tree as a string, joined once (pathlib cost more than the I/O)."""
+        d = self._dirs.get(rel)
+        if d is None:
+            d = self._dirs[rel] = os.fspath(self.root / rel)
+        return d
+
+    def _put(self, path: str | Path, text: str) -> None:
+        """Store a live file's new value in place, as a kernel attribute changes: one inode, one
+        short write, then the file cut to its length. Skipped when the content is unchanged."""
+        key = os.fspath(path)
+        if self._written.get(key) == text:
             return
-        tmp = path.with_name(f".{path.name}.twin-tmp")
-        with open(tmp, "w") as fh:  # single writer (the tick holds the lock): fixed temp name
-            fh.write(text)
-            os.fchmod(fh.fileno(), kept_mode(path))
-        os.replace(tmp, path)
-        self._written[path] = text
+        store_in_place(key, text.encode())
+        self._written[key] = text
 
     # ----------------------------------------------------------------- building
     def build(self) -> DeviceTwin:
@@ -310,10 +326,12 @@ class DeviceTwin:
             raise ValueError(f"{s.name}: cpu_cores must be in 1..{s.cpu_cores}")
         cpu = r / "sys/devices/system/cpu"
         for i in range(1, s.cpu_cores):
-            atomic_write(cpu / f"cpu{i}/online", "1\n" if i < mode.cpu_cores else "0\n")
+            store_in_place(cpu / f"cpu{i}/online", b"1\n" if i < mode.cpu_cores else b"0\n")
         for i in range(s.cpu_cores):
-            atomic_write(cpu / f"cpu{i}/cpufreq/scaling_max_freq", f"{mode.cpu_freq_hz // 1000}\n")
-        atomic_write(r / s.emc_debugfs_dir / self._emc_rate_name(), f"{mode.emc_freq_hz}\n")
+            store_in_place(cpu / f"cpu{i}/cpufreq/scaling_max_freq",
+                           f"{mode.cpu_freq_hz // 1000}\n".encode())
+        store_in_place(r / s.emc_debugfs_dir / self._emc_rate_name(),
+                       f"{mode.emc_freq_hz}\n".encode())
         if isinstance(mode, FullPowerMode):
             self._apply_range(mode.gpu_freq_hz, mode.gpu_freq_hz)
         self._mode_read_at = -math.inf
@@ -375,19 +393,22 @@ class DeviceTwin:
             options = (real.parent / "available_governors").read_text().split()
             if value.strip() not in options:
                 raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(path))
-        atomic_write(real, value if value.endswith("\n") else value + "\n")
+        store_in_place(real, (value if value.endswith("\n") else value + "\n").encode())
 
     def _apply_range(self, min_hz: int, max_hz: int) -> None:
         with self._lock:
             self._min_hz, self._max_hz = min_hz, max_hz
-            atomic_write(self.devfreq_dir / "min_freq", f"{min_hz}\n")
-            atomic_write(self.devfreq_dir / "max_freq", f"{max_hz}\n")
+            # In place, never a new inode: a writer in another process that opened the file
+            # just before would otherwise store into the replaced one, and its store be lost.
+            store_in_place(os.fspath(self.devfreq_dir / "min_freq"), f"{min_hz}\n".encode())
+            store_in_place(os.fspath(self.devfreq_dir / "max_freq"), f"{max_hz}\n".encode())
 
     def _reconcile_devfreq(self, now: float) -> None:
         """Accept (snapped) values other processes wrote straight into the files."""
+        node = self._dir(self.devfreq_dir)
         try:
-            fmin = int((self.devfreq_dir / "min_freq").read_text().split()[0])
-            fmax = int((self.devfreq_dir / "max_freq").read_text().split()[0])
+            fmin = int(_first_word(f"{node}/min_freq"))
+            fmax = int(_first_word(f"{node}/max_freq"))
         except (OSError, ValueError, IndexError):
             # Caught between another process's truncate and write: look again next tick
             # (rewriting our stale range now would undo that store). A kernel attribute is
@@ -427,15 +448,13 @@ class DeviceTwin:
         if now - self._mode_read_at < 0.25:
             return
         self._mode_read_at = now
-        s, cpu = self.spec, self.root / "sys/devices/system/cpu"
+        s, cpu = self.spec, self._dir("sys/devices/system/cpu")
         try:
             cores = 1 + sum(
-                (cpu / f"cpu{i}/online").read_text().strip() == "1" for i in range(1, s.cpu_cores)
+                _first_word(f"{cpu}/cpu{i}/online") == "1" for i in range(1, s.cpu_cores)
             )
-            cpu_hz = int((cpu / "cpu0/cpufreq/scaling_max_freq").read_text().split()[0]) * 1000
-            emc_hz = int(
-                (self.root / s.emc_debugfs_dir / self._emc_rate_name()).read_text().split()[0]
-            )
+            cpu_hz = int(_first_word(f"{cpu}/cpu0/cpufreq/scaling_max_freq")) * 1000
+            emc_hz = int(_first_word(f"{self._dir(s.emc_debugfs_dir)}/{self._emc_rate_name()}"))
         except (OSError, ValueError, IndexError):
             return
         cpu_hz = min(s.cpu_freqs_hz, key=lambda f: abs(f - cpu_hz))
@@ -526,7 +545,12 @@ class DeviceTwin:
                 phase=phase,
             )
             self._trace.append(point)
-            if now - self._state_written_s >= STATE_FILE_PERIOD_S:
+            # What readers of the state wait for (the mode, the clock, throttling, the
+            # workload) at once; the rest (power, temperature) at least once a second. A
+            # rename per tick cost more than the rest of the tick together.
+            slow = (freq, self._throttle_steps, self._workload, self._mode)
+            if slow != self._state_slow or now - self._state_written_s >= STATE_FILE_PERIOD_S:
+                self._state_slow = slow
                 self._state_written_s = now
                 self._write_state(now, point)
             return point
@@ -548,7 +572,7 @@ class DeviceTwin:
 
     def _write_sensor(self, sensor: SensorSpec, rails: dict[str, float]) -> dict[str, float]:
         """Write one chip's files; returns rail -> mW exactly as a reader will compute it."""
-        d = self.root / sensor.path
+        d = self._dir(sensor.path)
         out: dict[str, float] = {}
         shunt_sum_mv = 0.0
         for ch, label in sensor.channels.items():
@@ -556,28 +580,28 @@ class DeviceTwin:
             mv = sensor.voltages_mv.get(label, 5000)
             ma = round(mw * 1000.0 / mv) if mv else 0
             if sensor.driver == "ina3221x":
-                self._put(d / f"in_power{ch}_input", f"{round(mw)}\n")
-                self._put(d / f"in_voltage{ch}_input", f"{mv}\n")
-                self._put(d / f"in_current{ch}_input", f"{ma}\n")
+                self._put(f"{d}/in_power{ch}_input", f"{round(mw)}\n")
+                self._put(f"{d}/in_voltage{ch}_input", f"{mv}\n")
+                self._put(f"{d}/in_current{ch}_input", f"{ma}\n")
                 reported = float(round(mw))
             else:
                 shunt_mv = ma * SHUNT_MILLIOHM / 1000.0
                 shunt_sum_mv += shunt_mv
-                self._put(d / f"in{ch}_input", f"{mv}\n")
-                self._put(d / f"curr{ch}_input", f"{ma}\n")
-                self._put(d / f"in{ch + 3}_input", f"{round(shunt_mv)}\n")
+                self._put(f"{d}/in{ch}_input", f"{mv}\n")
+                self._put(f"{d}/curr{ch}_input", f"{ma}\n")
+                self._put(f"{d}/in{ch + 3}_input", f"{round(shunt_mv)}\n")
                 reported = mv * ma / 1000.0
             if label != "NC":
                 out[label] = reported
         if sensor.driver == "ina3221":
-            self._put(d / "in7_input", f"{round(shunt_sum_mv)}\n")
+            self._put(f"{d}/in7_input", f"{round(shunt_sum_mv)}\n")
         return out
 
     def _write_live(self, freq_hz: int, load_permille: int, now: float) -> None:
-        self._put(self.devfreq_dir / "cur_freq", f"{freq_hz}\n")
-        device = self.root / self.spec.gpu_device_dir
-        self._put(device / "load", f"{load_permille}\n")
-        self._put(device / "railgate_enable", "1\n")
+        self._put(f"{self._dir(self.devfreq_dir)}/cur_freq", f"{freq_hz}\n")
+        device = self._dir(self.spec.gpu_device_dir)
+        self._put(f"{device}/load", f"{load_permille}\n")
+        self._put(f"{device}/railgate_enable", "1\n")
         if now - self._thermal_written_s < THERMAL_FILE_PERIOD_S:
             return  # temperatures move slowly; real zones update about once a second
         self._thermal_written_s = now
