@@ -4,8 +4,11 @@ address per node, readiness probes and renewed ServiceAccount tokens."""
 from __future__ import annotations
 
 import ipaddress
+import ssl
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,8 @@ import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, binaries
 from edgetrain.cluster import volumes as volumes_module
-from edgetrain.cluster.kubelet import tail_bytes
+from edgetrain.cluster.kubelet import http_probe, tail_bytes
+from edgetrain.cluster.pki import issue_serving_pair
 
 Obj = dict[str, Any]
 NANO = "vn-jetson-nano-0"
@@ -143,3 +147,32 @@ def test_projected_token_is_renewed_before_it_expires(
         "spec": {"token": token_file.read_text()}})
     assert review["status"]["authenticated"] is True
     kube.delete(api_path("v1", "pods", namespace, "holder"))
+
+
+@pytest.mark.parametrize("status", [200, 302, 500])
+def test_an_https_probe_takes_a_self_signed_certificate(tmp_path: Path, status: int) -> None:
+    """As the kubelet's httpGet probe: HTTPS without verifying the certificate (one
+    self-signed here), 200 to 399 pass; a plain HTTP probe at the same server's port fails."""
+    crt, key = issue_serving_pair("probe", ["127.0.0.1"], None)
+    (tmp_path / "tls.crt").write_bytes(crt)
+    (tmp_path / "tls.key").write_bytes(key)
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert http_probe("127.0.0.1", port, "/healthz", "HTTPS") is (status < 400)
+        assert http_probe("127.0.0.1", port, "/healthz", "HTTP") is False
+    finally:
+        server.shutdown()
