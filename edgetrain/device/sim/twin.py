@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import errno
 import json
+import logging
 import math
 import os
 import random
@@ -53,6 +54,8 @@ from edgetrain.device.sim.physics import (
     max_power_mode,
 )
 from edgetrain.device.sysfs import register_write_hook, store_in_place, unregister_write_hook
+
+log = logging.getLogger(__name__)
 
 SHUNT_MILLIOHM = 5.0  # ESTIMATE: shunt resistor used only for the hwmon in4-in7 files
 THERMAL_FILE_PERIOD_S = 0.25
@@ -634,7 +637,12 @@ class DeviceTwin:
     def _run(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except OSError as exc:
+                # A tick that cannot store a file tries again on the next one; a dead thread
+                # would freeze the device for good.
+                log.warning("twin %s: tick failed: %s", self.root, exc)
             next_t += self.tick_s
             delay = next_t - time.monotonic()
             if delay < 0:
