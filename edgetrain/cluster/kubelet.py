@@ -63,9 +63,12 @@ class AddressClaim:
         raise RuntimeError(f"no free loopback address left (claims in {lock_dir})")
 
     def release(self) -> None:
-        """Give the address back."""
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        """Give the address back (idempotent: a second close would close whatever descriptor
+        has the number by then, a twin's file or a pipe of another thread)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def tail_bytes(data: bytes, lines: int | None, limit_bytes: int | None) -> bytes:

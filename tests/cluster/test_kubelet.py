@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -176,3 +177,24 @@ def test_an_https_probe_takes_a_self_signed_certificate(tmp_path: Path, status: 
         assert http_probe("127.0.0.1", port, "/healthz", "HTTP") is False
     finally:
         server.shutdown()
+
+
+def test_an_address_released_twice_closes_nothing_else(tmp_path: Path) -> None:
+    """A node stopped twice releases its loopback claim twice: the second release must not
+    close the descriptor that took the claim's number meanwhile. In a fresh interpreter, where
+    no other thread takes that number first."""
+    code = (
+        "import os, sys, pathlib\n"
+        "from edgetrain.cluster.kubelet import AddressClaim\n"
+        "d = pathlib.Path(sys.argv[1])\n"
+        "claim = AddressClaim(d)\n"
+        "number = claim._fd\n"
+        "claim.release()\n"
+        "other = os.open(d / 'other', os.O_RDWR | os.O_CREAT)\n"
+        "assert other == number, (other, number)\n"
+        "claim.release()\n"
+        "os.fstat(other)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
