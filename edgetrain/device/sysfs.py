@@ -88,7 +88,12 @@ def write_value(path: Path, value: str) -> None:
     # mid-store, and a shorter value only leaves the old tail after its newline until the
     # truncate (readers take the first word). Sysfs ignores the truncate.
     with _stop_signals_deferred():
-        store_in_place(path, (value if value.endswith("\n") else value + "\n").encode())
+        store_in_place(path, as_stored(value))
+
+
+def as_stored(value: str) -> bytes:
+    """A value as `echo` stores it: newline-terminated (every sysfs store accepts that)."""
+    return (value if value.endswith("\n") else value + "\n").encode()
 
 
 def store_in_place(path: str | os.PathLike[str], data: bytes) -> None:

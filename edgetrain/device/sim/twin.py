@@ -53,7 +53,12 @@ from edgetrain.device.sim.physics import (
     idle_power,
     max_power_mode,
 )
-from edgetrain.device.sysfs import register_write_hook, store_in_place, unregister_write_hook
+from edgetrain.device.sysfs import (
+    as_stored,
+    register_write_hook,
+    store_in_place,
+    unregister_write_hook,
+)
 
 log = logging.getLogger(__name__)
 
@@ -396,15 +401,15 @@ class DeviceTwin:
             options = (real.parent / "available_governors").read_text().split()
             if value.strip() not in options:
                 raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(path))
-        store_in_place(real, (value if value.endswith("\n") else value + "\n").encode())
+        store_in_place(real, as_stored(value))
 
     def _apply_range(self, min_hz: int, max_hz: int) -> None:
         with self._lock:
             self._min_hz, self._max_hz = min_hz, max_hz
             # In place, never a new inode: a writer in another process that opened the file
             # just before would otherwise store into the replaced one, and its store be lost.
-            store_in_place(os.fspath(self.devfreq_dir / "min_freq"), f"{min_hz}\n".encode())
-            store_in_place(os.fspath(self.devfreq_dir / "max_freq"), f"{max_hz}\n".encode())
+            store_in_place(self.devfreq_dir / "min_freq", f"{min_hz}\n".encode())
+            store_in_place(self.devfreq_dir / "max_freq", f"{max_hz}\n".encode())
 
     def _reconcile_devfreq(self, now: float) -> None:
         """Accept (snapped) values other processes wrote straight into the files."""
