@@ -195,6 +195,31 @@ def test_one_tag_lists_amd64_and_arm64(engine: Engine) -> None:
             assert config.stdout.split()[:2] == [arch, "linux"], (image, config.stdout)
 
 
+def test_a_build_from_the_inputs_of_the_last_keeps_the_image(engine: Engine) -> None:
+    """Built again from the same inputs, each image and its list are kept (podman 4 takes
+    seconds per image to find every layer in its cache); an image whose tag was moved since
+    is built again, from the layer cache, to what it was."""
+    ref = engine.per_arch[("operator", "amd64")]
+
+    def image_id(image: str) -> str:
+        return engine.run("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+
+    built_id = image_id(ref)
+    again = _script(engine.env, "operator", timeout_s=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for arch in ARCHES:
+        assert f"{engine.per_arch[('operator', arch)]} is up to date" in again.stderr, again.stderr
+    assert f"{engine.name} build" not in again.stderr, again.stderr
+    assert MANIFEST.search(again.stdout) and len(BUILT.findall(again.stdout)) == len(ARCHES)
+    moved = engine.run("tag", engine.per_arch[("node-agent", "amd64")], ref)
+    assert moved.returncode == 0 and image_id(ref) != built_id, moved.stderr
+    rebuilt = _script(engine.env, "operator", timeout_s=600)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert f"build {ref} (linux/amd64)" in rebuilt.stderr, rebuilt.stderr
+    assert f"{engine.per_arch[('operator', 'arm64')]} is up to date" in rebuilt.stderr
+    assert image_id(ref) == built_id
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_images_carry_no_torch(engine: Engine, arch: str) -> None:
     for image in engine.images.values():
