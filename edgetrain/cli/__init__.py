@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bench": ("edgetrain.cli.bench", ("edgetrain.cli.bench_budget",
                                       "edgetrain.cli.bench_operator",
-                                      "edgetrain.cli.bench_paper")),
+                                      "edgetrain.cli.bench_paper",
+                                      "edgetrain.cli.predict")),
     "cluster": ("edgetrain.cli.cluster", ()),
     "device": ("edgetrain.cli.device", ()),
 }

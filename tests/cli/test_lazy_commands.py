@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from edgetrain.cli import COMMANDS, GROUPS, build_app, subcommand_of
+from edgetrain.cli import GROUPS, build_app, subcommand_of
 
 ROLES = ("edgetrain.cli.bench", "edgetrain.cli.cluster", "edgetrain.cli.workloads",
          "edgetrain.cli.operator", "edgetrain.cli.run", "edgetrain.bench.planner",
@@ -44,17 +44,17 @@ def test_help_and_unknown_names_build_the_whole_cli() -> None:
     assert subcommand_of(["--debug", "bench", "paper"]) == "bench"
 
 
-@pytest.mark.parametrize("name", [*COMMANDS, *GROUPS])
-def test_each_subcommand_alone_is_the_one_the_whole_cli_has(name: str) -> None:
-    """Built alone, a subcommand has the same parameters as in the whole CLI (its help, its
-    options): nothing is registered only as a side effect of another role's import."""
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_a_group_built_alone_has_every_subcommand_of_the_whole_cli(group: str) -> None:
+    """In a fresh interpreter (here every role is imported already): nothing is registered
+    on a group only as a side effect of another role's import."""
     import typer.main
 
-    def params(app: typer.Typer) -> list[str]:
-        group = typer.main.get_command(app)
-        command = group.commands[name]  # type: ignore[attr-defined]
-        sub = getattr(command, "commands", {})
-        return sorted(json.dumps([p.name for p in c.params]) for c in [command, *sub.values()])
-
-    whole = build_app()
-    assert params(build_app(name)) == params(whole)
+    code = ("import json, typer.main\nfrom edgetrain.cli import build_app\n"
+            f"group = typer.main.get_command(build_app({group!r})).commands[{group!r}]\n"
+            "print(json.dumps(sorted(group.commands)))\n")
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    whole = typer.main.get_command(build_app()).commands[group]  # type: ignore[attr-defined]
+    assert json.loads(alone.stdout) == sorted(whole.commands)
