@@ -3,11 +3,22 @@ in containerStatuses."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from edgetrain.kube import Obj
+
+
+class ContainerProcess(Protocol):
+    """A container's process: a Popen, or one the fork server started."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass
@@ -17,7 +28,7 @@ class Container:
     spec: Obj
     init: bool
     restart_count: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: ContainerProcess | None = None
     started_at: str | None = None
     log_path: Path | None = None
     last_terminated: Obj | None = None

@@ -96,6 +96,9 @@ class AgentSettings(Protocol):
     def registry_reachable(self) -> bool: ...
 
     @property
+    def preload_pods(self) -> bool: ...
+
+    @property
     def stop_event(self) -> threading.Event: ...
 
     @property

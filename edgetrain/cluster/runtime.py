@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgetrain.cluster import binaries
 from edgetrain.cluster.container import Container
+from edgetrain.cluster.forkserver import shared_fork_server
 from edgetrain.cluster.isolation import container_isolation
 from edgetrain.cluster.kubelet import ContainerLog
 from edgetrain.cluster.nodes import PodHost
@@ -288,15 +289,21 @@ class PodRunner(PodEnv, PodVolumes, PodStatus, threading.Thread):
         term_log.chmod(0o666)
         c.log_path = self.log_dir / c.name / f"{c.restart_count}.log"
         c.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The runner thread outlives its containers, so thread-scoped PDEATHSIG only fires
+        # when the agent itself dies.
+        preexec = iso.enter if iso.needed else die_with_parent
+        forks = (shared_fork_server(self.node.agent.executables["edgetrain"])
+                 if self.node.agent.preload_pods and "edgetrain" in self.node.agent.executables
+                 else None)
         with c.log_path.open("ab") as out:
             try:
-                c.proc = subprocess.Popen(
-                    argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                    # The runner thread outlives its containers, so thread-scoped PDEATHSIG
-                    # only fires when the agent itself dies.
-                    preexec_fn=iso.enter if iso.needed else die_with_parent,
-                )
+                if forks is not None and forks.runs(argv, env):
+                    c.proc = forks.start(argv, env=env, cwd=workdir, log_path=c.log_path,
+                                         preexec=preexec)
+                else:
+                    c.proc = subprocess.Popen(
+                        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
             except (OSError, subprocess.SubprocessError) as exc:
                 out.write(f"vnode: cannot start {argv[0]}: {exc}\n".encode())
                 c.terminated = {

@@ -53,6 +53,9 @@ class VNodeAgent:
     # False: a node cut off from its registry with no image cached (an edge fault): every
     # container waits in ErrImagePull / ImagePullBackOff, as a kubelet's would.
     registry_reachable: bool = True
+    # `edgetrain …` containers fork from one interpreter that imported torch and the CLI
+    # (cluster/forkserver.py); False starts each as a new process, as a kubelet would.
+    preload_pods: bool = True
     # The cluster's CA: kubelet serving certs are signed with it and only API-server client
     # certs it signed may read logs. None (a foreign cluster): self-signed, any TLS client.
     cluster_ca: Pki | None = None

@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -197,6 +199,63 @@ def wait_for_release(client: KubeClient, namespace: str, name: str, stop: thread
     return "stopping"
 
 
+class ForkedWorkload:
+    """`python -m MODULE ARGS` in a fork of the worker: no second interpreter, no second import
+    of what the worker holds (on a virtual node, a fork of a server holding torch: torch too).
+    The parts of Popen the worker uses: pid, stdout, stderr, send_signal, wait."""
+
+    def __init__(self, module: str, args: Sequence[str]) -> None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(out_r)
+            os.close(err_r)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.close(out_w)
+            os.close(err_w)
+            # Leaves through the interpreter's own exit, as `python -m edgetrain ARGS` would.
+            raise SystemExit(run_module_here(module, args))
+        os.close(out_w)
+        os.close(err_w)
+        self.stdout: IO[str] = open(out_r, encoding=sys.stdout.encoding or "utf-8",  # noqa: SIM115
+                                    errors="replace", buffering=1)
+        self.stderr: IO[str] = open(err_r, encoding=sys.stderr.encoding or "utf-8",  # noqa: SIM115
+                                    errors="replace", buffering=1)
+        self.returncode: int | None = None
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def run_module_here(module: str, args: Sequence[str]) -> int:
+    """What `python -m MODULE ARGS` does, in this process; its exit code (a crash: the
+    traceback and 1, as the interpreter reports it)."""
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return int(exc.code or 0)
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 class StderrTail:
     """Passes a child's stderr through and keeps its last non-empty line (the one-line error)."""
 
@@ -286,9 +345,14 @@ def run_worker(
         if kube is not None and progress
         else None
     )
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
-    )
+    # An `edgetrain` workload runs in a fork of this interpreter where nothing else runs here
+    # yet: after a pretrain, torch's thread pools would not survive it, and another thread's
+    # lock (a stream's, say) would stay locked in the child.
+    forkable = command[0] == "edgetrain" and not pretrain and threading.active_count() == 1
+    proc: subprocess.Popen[str] | ForkedWorkload = (
+        ForkedWorkload("edgetrain", argv[3:]) if forkable
+        else subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              bufsize=1))
     errors = StderrTail(proc.stderr)
     stopping = threading.Event()
 

@@ -285,3 +285,39 @@ def test_clock_requests_annotate_the_pod_itself(kube: KubeClient, namespace: str
     # A request that cannot be made says what the pod needs (the profile exits 2 with it).
     with pytest.raises(DeviceError, match=r"on pod .*/gone: .*404.*needs patch on pods"):
         agent_clock_request(kube, namespace, "gone")(307_200_000)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_an_edgetrain_workload_runs_in_a_fork_of_the_worker(tmp_path: Path) -> None:
+    """Run as a pod runs it (a process of its own, one thread), the worker forks an `edgetrain`
+    workload instead of starting an interpreter: the child has the worker's command line, and
+    its output, last error line and exit code come through as from a process of its own."""
+    import subprocess
+
+    worker = [sys.executable, "-m", "edgetrain", "worker", "--"]
+    failed = subprocess.run([*worker, "edgetrain", "worker", "--inject-failure", "boom", "--",
+                             "true"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.splitlines()[:2] == ["edgetrain worker: injected failure: boom",
+                                              "edgetrain worker: worker exited with 1"]
+    outer = subprocess.Popen([*worker, "edgetrain", "worker", "--", "sleep", "60"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (middle := _children(outer.pid)) or not _children(middle[0]):
+            assert time.monotonic() < deadline and outer.poll() is None, outer.stderr
+            time.sleep(0.1)
+        cmdline = Path(f"/proc/{outer.pid}/cmdline").read_bytes()
+        assert Path(f"/proc/{middle[0]}/cmdline").read_bytes() == cmdline  # forked, not exec'd
+        (sleeper,) = _children(middle[0])
+        assert Path(f"/proc/{sleeper}/cmdline").read_bytes() == b"sleep\x0060\x00"  # exec'd
+    finally:
+        outer.send_signal(signal.SIGTERM)  # forwarded to the workload, which forwards it on
+        outer.wait(timeout=60)
+    assert outer.returncode != 0
