@@ -28,10 +28,28 @@ MHZ = 1_000_000
 
 
 @pytest.fixture
-def nano(vnodes: VNodeAgent) -> Any:
+def nano(vnodes: VNodeAgent, kube: KubeClient) -> Any:
+    """The session's first Nano, once no earlier test's pod is stopping on it, idle and at its
+    full range. An earlier test's trainer may still be exiting there as its namespace goes,
+    with the clock it pinned (it restores its range as it exits: the range found at its start)."""
     node = next(n for n in vnodes.nodes if n.name == NODE)
     assert node.twin is not None
+    wait_until(lambda: not _stopping_pods(kube), 180, f"no pod stopping on {NODE}",
+               interval_s=0.5)
+    node.twin.device.set_idle()
+    dev = GpuDevfreq.discover(node.host_root)
+    table = dev.available_frequencies_hz()
+    dev.set_range(min(table), max(table))
     return node
+
+
+def _stopping_pods(kube: KubeClient) -> list[str]:
+    """Pods on NODE being deleted, or in a namespace being deleted."""
+    leaving = {ns["metadata"]["name"] for ns in kube.get(api_path("v1", "namespaces"))["items"]
+               if ns["metadata"].get("deletionTimestamp")}
+    pods = kube.get(api_path("v1", "pods"), fieldSelector=f"spec.nodeName={NODE}")["items"]
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+            if p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in leaving]
 
 
 @pytest.fixture
