@@ -316,8 +316,10 @@ def test_measured_draw_is_the_agents_sum(
             if trains:
                 training.append(watts)
         # A busy machine can starve the test's own sampler past a short step in one board's
-        # draw: allow 5 % of readings outside their window, none outside all that was seen.
-        assert checked >= 10 and len(off) <= 0.05 * checked, (checked, off[:5])
+        # draw: allow 5 % of readings outside their window, and one where a run this quick
+        # has fewer than 20 (one in 19 failed a full run), none outside all that was seen. A
+        # node summed twice or left out puts most of them outside.
+        assert checked >= 10 and len(off) <= max(1.0, 0.05 * checked), (checked, off[:5])
         envelope = readings.bounds(0.0, float("inf"))
         assert envelope is not None
         assert all(envelope[0] - 0.05 <= w <= envelope[1] + 0.05 for w, _ in seen.values()), (
