@@ -248,7 +248,9 @@ def _answer(conn: socket.socket, children: dict[int, socket.socket],
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
-    while children:
+    # Every exited child, tracked or not: one whose pid never reached its client (the reply
+    # failed) is still this process's to reap.
+    while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
