@@ -49,6 +49,7 @@ class Launch:
     cwd: str
     log_path: str
     preexec: Callable[[], None] | None
+    stderr_path: str | None = None  # None: stderr goes to log_path with stdout
 
 
 def _send(conn: socket.socket, payload: bytes) -> None:
@@ -121,11 +122,14 @@ class ForkServer:
                 and all(env.get(k) == os.environ.get(k) for k in INTERPRETER_ENV))
 
     def start(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path,
-              log_path: Path, preexec: Callable[[], None] | None) -> ForkedProcess:
-        """Fork `argv` as Popen would start it; raises SubprocessError if its setup failed."""
+              log_path: Path, preexec: Callable[[], None] | None,
+              stderr_path: Path | None = None) -> ForkedProcess:
+        """Fork `argv` as Popen would start it, its output appended to `log_path` (stderr to
+        `stderr_path` where given); raises SubprocessError if its setup failed."""
         self._ensure_server()
         launch = Launch(self.head[-1], tuple(argv[len(self.head):]), dict(env), str(cwd),
-                        str(log_path), preexec)
+                        str(log_path), preexec,
+                        None if stderr_path is None else str(stderr_path))
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self._address)
         _send(conn, pickle.dumps(launch))
@@ -273,12 +277,14 @@ def _child(launch: Launch, err_w: int, inherited: list[int]) -> int:
             with contextlib.suppress(OSError):
                 os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(launch.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        out = os.open(launch.log_path, flags, 0o644)
+        err = out if launch.stderr_path is None else os.open(launch.stderr_path, flags, 0o644)
         os.dup2(null, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(null)
-        os.close(out)
+        os.dup2(err, 2)
+        for fd in {null, out, err}:
+            os.close(fd)
         os.chdir(launch.cwd)
         os.setsid()
         if launch.preexec is not None:

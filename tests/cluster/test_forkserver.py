@@ -65,6 +65,17 @@ def test_exit_code_and_output_land_in_the_log_with_the_containers_env(
     assert proc.wait(timeout=60) != 0 and "Traceback" in debug.read_text(), debug.read_text()
 
 
+def test_stderr_apart_from_stdout_where_asked(server: ForkServer, tmp_path: Path) -> None:
+    """What `subprocess.run(capture_output=True)` gives a test: the command's JSON on stdout,
+    its one-line error on stderr, each in its own file."""
+    out, err = tmp_path / "out", tmp_path / "err"
+    proc = server.start([*HEAD, "plan", "--profile", "missing.csv"], env=_env(), cwd=tmp_path,
+                        log_path=out, preexec=None, stderr_path=err)
+    assert proc.wait(timeout=60) == 2
+    assert out.read_text() == ""
+    assert err.read_text().startswith("error: edgetrain plan:"), err.read_text()
+
+
 def test_a_hook_that_fails_is_a_failed_start(server: ForkServer, tmp_path: Path) -> None:
     with pytest.raises(subprocess.SubprocessError, match="no such capability here"):
         server.start([*HEAD, "worker", "--", "true"], env=_env(), cwd=tmp_path,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from edgetrain.api.errors import InputError
 from edgetrain.api.job import load_job
 from edgetrain.pipeline.run import RunOutcome
+from tests.helpers import run_edgetrain
 
 JOB = """
 apiVersion: edgetrain.io/v1alpha1
@@ -42,25 +42,8 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(job: Path, tmp: Path, report: Path, *extra: str,
          cache: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(cache or tmp / "cache")}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgetrain",
-            "run",
-            str(job),
-            "--report",
-            str(report),
-            "--workdir",
-            str(tmp / "work"),
-            "--json-progress",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    return run_edgetrain("run", str(job), "--report", str(report), "--workdir", str(tmp / "work"),
+                         "--json-progress", *extra, env=env)
 
 
 def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: Path) -> None:
