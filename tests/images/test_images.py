@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import yaml
 from edgetrain.api.crd import PLURAL, VERSION
 from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
+from edgetrain.cluster.images import export_host_archive
 from edgetrain.device.sim import DeviceTwin
 from tests.helpers import FAST_PROFILE_ARGS
 from tests.node_agent.helpers import wait_until
@@ -193,6 +195,26 @@ def test_one_tag_lists_amd64_and_arm64(engine: Engine) -> None:
             config = engine.run("image", "inspect", "--format",
                                 "{{.Architecture}} {{.Os}} {{.Digest}}", image)
             assert config.stdout.split()[:2] == [arch, "linux"], (image, config.stdout)
+
+
+def test_a_real_node_gets_the_image_of_its_platform_uncompressed(engine: Engine,
+                                                                 tmp_path: Path) -> None:
+    """What `cluster up` copies into the real node's containerd for a manifest list: the amd64
+    member alone, as a docker archive of plain layers, named by one of that image's tags."""
+    archive, name = export_host_archive(engine.images["operator"], tmp_path / "op.tar")
+    amd64 = engine.per_arch[("operator", "amd64")]
+    image_id = engine.run("image", "inspect", "--format", "{{.Id}}", amd64).stdout.strip()
+    tags = json.loads(engine.run("image", "inspect", "--format", "{{json .RepoTags}}",
+                                 amd64).stdout)
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("manifest.json")
+        assert member is not None
+        (manifest,) = json.load(member)
+        for layer in manifest["Layers"]:
+            data = tar.extractfile(layer)
+            assert data is not None and data.read(2) != b"\x1f\x8b", layer  # not gzipped
+    assert manifest["Config"] == f"{image_id}.json" and manifest["RepoTags"] == [name]
+    assert name in tags
 
 
 def test_a_build_from_the_inputs_of_the_last_keeps_the_image(engine: Engine) -> None:
