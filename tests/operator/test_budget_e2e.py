@@ -317,13 +317,18 @@ def test_measured_draw_is_the_agents_sum(
                 training.append(watts)
         # A busy machine can starve the test's own sampler past a short step in one board's
         # draw: allow 5 % of readings outside their window, and one where a run this quick
-        # has fewer than 20 (one in 19 failed a full run), none outside all that was seen. A
-        # node summed twice or left out puts most of them outside.
+        # has fewer than 20 (one in 19 failed a full run). A node summed twice or left out puts
+        # most of them outside.
         assert checked >= 10 and len(off) <= max(1.0, 0.05 * checked), (checked, off[:5])
+        # The others (those before or after the sampler ran too) within all it saw. A reading
+        # allowed outside its window is outside this too, where the sampler missed the agent's
+        # value (one full run failed here on such a reading).
         envelope = readings.bounds(0.0, float("inf"))
         assert envelope is not None
-        assert all(envelope[0] - 0.05 <= w <= envelope[1] + 0.05 for w, _ in seen.values()), (
-            envelope, sorted(w for w, _ in seen.values())[::10])
+        allowed = {at for at, _w, _window in off}
+        outside = [(at, w) for at, (w, _) in seen.items() if at not in allowed
+                   and not envelope[0] - 0.05 <= w <= envelope[1] + 0.05]
+        assert outside == [], (envelope, outside[:5])
         # At most one reading per poll interval (1 s here), however often jobs woke the loop.
         times = sorted(dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
                        for at in seen)
