@@ -35,7 +35,7 @@ from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.cluster.images import export_host_archive
 from edgetrain.device.sim import DeviceTwin
-from tests.helpers import FAST_PROFILE_ARGS
+from tests.helpers import FAST_PROFILE_ARGS, http_get
 from tests.node_agent.helpers import wait_until
 from tests.observability.test_chart import CHART, helm
 
@@ -175,7 +175,7 @@ def logs(engine: Engine, name: str) -> str:
 
 def metrics(port: int) -> str:
     try:
-        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        r = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
     except httpx.HTTPError:
         return ""
     return r.text if r.status_code == 200 else ""

@@ -16,6 +16,7 @@ import httpx
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.operator.worker_security import restrict
+from tests.helpers import http_get
 
 
 class AgentProcess:
@@ -55,7 +56,7 @@ class AgentProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited {self.proc.returncode}:\n{self.tail()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                if http_get(f"{self.url}/readyz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -80,7 +81,7 @@ class AgentProcess:
                 self.kill()
 
     def metrics(self) -> str:
-        return httpx.get(f"{self.url}/metrics", timeout=5).text
+        return http_get(f"{self.url}/metrics", timeout=5).text
 
 
 def sample_value(text: str, name: str, **labels: str) -> float | None:

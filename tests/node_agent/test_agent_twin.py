@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.device import GpuDevfreq
 from edgetrain.node_agent.state import load_state
 from tests.cluster.fixtures import enforce_pod_security
+from tests.helpers import http_get
 from tests.node_agent.helpers import (
     AgentProcess,
     events,
@@ -101,7 +101,7 @@ def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: 
     ann = node["metadata"]["annotations"]
     assert ann["edgetrain.io/gpu-frequencies-hz"].split(",")[0] == "76800000"
     assert ann["edgetrain.io/node-agent"] == "running"
-    assert httpx.get(f"{agent.url}/healthz").status_code == 200
+    assert http_get(f"{agent.url}/healthz").status_code == 200
 
     # 1. Pin while the pod runs, restore when it finishes. The pod is a restricted one (UID
     #    65532, no capabilities) in a namespace that enforces `restricted`, as the operator's.

@@ -31,6 +31,7 @@ from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import BOARDS
 from tests.cluster.fixtures import CHECKPOINT_CLAIM, nfs_claim
+from tests.helpers import http_get
 from tests.node_agent.helpers import events, sleeper_pod, wait_until
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "edgetrain"
@@ -356,7 +357,7 @@ def _installed(cluster: LocalCluster, kube: KubeClient, name: str, namespace: st
 
 def ready(address: str, port: int) -> bool:
     try:
-        return httpx.get(f"http://{address}:{port}/readyz", timeout=2).status_code == 200
+        return http_get(f"http://{address}:{port}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -392,7 +393,7 @@ def test_install_runs_the_agent_with_its_service_account(
     except TimeoutError:
         pod = kube.get(api_path("v1", "pods", agent_ns, agent_pod["metadata"]["name"]))
         raise AssertionError(container_log(pod, "node-agent").read_text()[-3000:]) from None
-    text = httpx.get(f"http://{address}:{port}/metrics").text
+    text = http_get(f"http://{address}:{port}/metrics").text
     assert f'edgetrain_node_info{{device_model="jetson-nano",l4t="32.7.1",node="{NODE}"' in text
     # It patched its Node with the ServiceAccount token (the virtual node never sets this).
     node = kube.get(api_path("v1", "nodes", name=NODE))

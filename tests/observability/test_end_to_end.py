@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, container_log
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
+from tests.helpers import http_get
 from tests.node_agent.helpers import events, wait_until
 from tests.observability.test_chart import (
     CHART,
@@ -154,7 +154,7 @@ def test_one_job_in_cluster_with_dashboards(
         assert trained and f"{freq / 1e6:g} MHz" in trained[0]["message"], pinned
         wait_until(lambda: dev.current_range() == before, 30, "range restored after the job")
         # Prometheus found the agent through the API server, at its node's own address.
-        targets = httpx.get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]
+        targets = http_get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]
         assert [(t["labels"]["instance"], t["labels"]["kubernetes_node"]) for t in targets] \
             == [(f"{nano.address}:{release['port']}", NODE)]
         # The progress panels showed this job while it trained.
@@ -162,14 +162,14 @@ def test_one_job_in_cluster_with_dashboards(
         for _dash, title, expr in dashboard_queries():
             if title not in PROGRESS_PANELS:
                 continue
-            resp = httpx.get(f"{url}/api/v1/query_range", params={
+            resp = http_get(f"{url}/api/v1/query_range", params={
                 "query": expand(expr), "start": started_s, "end": time.time(), "step": "1s"},
                 timeout=10).json()
             series = {r["metric"].get("training_job"): [float(v) for _, v in r["values"]]
                       for r in resp["data"]["result"]}
             assert job in series, (title, series)
             assert max(series[job]) > 0, (title, series[job])
-        samples = max(float(v) for r in httpx.get(f"{url}/api/v1/query_range", params={
+        samples = max(float(v) for r in http_get(f"{url}/api/v1/query_range", params={
             "query": "max(edgetrain_training_samples)", "start": started_s,
             "end": time.time(), "step": "1s"}).json()["data"]["result"] for _, v in r["values"])
         assert 0 < samples <= status["training"]["samples"]

@@ -20,6 +20,7 @@ import yaml
 from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
+from tests.helpers import http_get
 from tests.node_agent.helpers import AgentProcess, sleeper_pod, wait_until
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "edgetrain" / "dashboards"
@@ -166,7 +167,7 @@ def run_prometheus(binary: str, config: dict[str, Any], tmp: Path,
         if proc.poll() is not None:
             raise RuntimeError((tmp / "prometheus.log").read_text()[-2000:])
         try:
-            return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+            return http_get(f"{url}/-/ready", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -179,14 +180,14 @@ def run_prometheus(binary: str, config: dict[str, Any], tmp: Path,
 
 
 def query(url: str, expr: str) -> list[dict[str, Any]]:
-    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    resp = http_get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
     assert resp["status"] == "success", resp
     return list(resp["data"]["result"])
 
 
 def test_prometheus_scrapes_both_agents(prometheus: str, fleet: dict[str, Any]) -> None:
     def both_up() -> bool:
-        targets = httpx.get(f"{prometheus}/api/v1/targets").json()["data"]["activeTargets"]
+        targets = http_get(f"{prometheus}/api/v1/targets").json()["data"]["activeTargets"]
         agents = [t for t in targets if t["labels"]["job"] == "edgetrain-node-agent"]
         # Both agents, and the operator's PowerBudget gauges.
         return len(agents) == 2 and len(targets) == 3 and all(
@@ -250,7 +251,7 @@ def test_panels_only_reference_exported_metrics(fleet: dict[str, Any],
     # Counters with labels appear on their first increment (the guard's first step).
     exported = wait_until(lambda: (names := exported_names(fleet)) >= set(METRIC_NAMES)
                           and names, 30, "every documented metric exported", interval_s=0.5)
-    for line in httpx.get(f"http://{budget_exporter}/metrics", timeout=5).text.splitlines():
+    for line in http_get(f"http://{budget_exporter}/metrics", timeout=5).text.splitlines():
         if line and not line.startswith("#"):
             exported.add(re.split(r"[{ ]", line, maxsplit=1)[0])
     missing = unexported(dashboard_queries(), exported)

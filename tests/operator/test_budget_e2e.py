@@ -35,6 +35,7 @@ from edgetrain.cluster import (
 )
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.operator.manifests import release_configmap_name
+from tests.helpers import http_get
 from tests.node_agent.helpers import sample_value, wait_until
 from tests.operator.budgets import (
     BudgetWatch,
@@ -199,7 +200,7 @@ class AgentReadings(Sampler):
     def sample(self) -> None:
         for node, url in self.urls.items():
             with contextlib.suppress(httpx.HTTPError):
-                value = sample_value(httpx.get(url, timeout=2).text,
+                value = sample_value(http_get(url, timeout=2).text,
                                      "edgetrain_power_total_watts", node=node)
                 if value is not None:
                     self.samples.append((time.time(), node, value))
@@ -256,7 +257,7 @@ def test_measured_draw_is_the_agents_sum(
     assert st.get("measuredWatts") is None, st
 
     def all_unread() -> str | None:
-        text = httpx.get(operator.metrics_url, timeout=5).text
+        text = http_get(operator.metrics_url, timeout=5).text
         return text if all(f'edgetrain_budget_unmeasured_node_info{{budget="{budget}",'
                            f'node="{n}"}} 1.0' in text for n in nodes) else None
 
@@ -298,7 +299,7 @@ def test_measured_draw_is_the_agents_sum(
             last = get_budget(kube, budget)["status"]["measuredWatts"]
             wait_until(lambda: f'edgetrain_budget_measured_watts{{budget="{budget}"}} '
                        f'{float(get_budget(kube, budget)["status"]["measuredWatts"])}'
-                       in httpx.get(operator.metrics_url, timeout=5).text, 30,
+                       in http_get(operator.metrics_url, timeout=5).text, 30,
                        f"the metric shows the status' measured draw (last {last})")
         # Each reading equals the agents' own readings summed at its time: within the lowest
         # and highest each agent served from 5 s before it (the scrapes' 2 s timeout, the
@@ -339,7 +340,7 @@ def test_measured_draw_is_the_agents_sum(
         (expr,) = [q for _d, title, q in dashboard_queries()
                    if title == "Site power vs cap (PowerBudget)" and "measured" in q]
         assert expr == "edgetrain_budget_measured_watts"
-        result = httpx.get(f"{prom_url}/api/v1/query", params={
+        result = http_get(f"{prom_url}/api/v1/query", params={
             "query": f'max_over_time({expr}{{budget="{budget}"}}[15m])'}, timeout=10).json()
         peak = float(result["data"]["result"][0]["value"][1])
         assert idle_w + 1.0 < peak <= max(w for w, _ in seen.values()) + 1e-6, (peak, idle_w)
