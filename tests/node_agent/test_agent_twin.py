@@ -106,11 +106,16 @@ def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: 
     # 1. Pin while the pod runs, restore when it finishes. The pod is a restricted one (UID
     #    65532, no capabilities) in a namespace that enforces `restricted`, as the operator's.
     enforce_pod_security(kube, namespace)
-    create(kube, namespace, sleeper_pod("short", NODE, 3, freq_hz=460_800_000))
+    create(kube, namespace, sleeper_pod("short", NODE, 5, freq_hz=460_800_000))
     wait_until(lambda: rng(root) == (460_800_000, 460_800_000), 20, "pin at 460.8 MHz")
-    text = agent.metrics()
-    assert sample_value(text, "edgetrain_gpu_pinned_frequency_hz", node=NODE) == 460_800_000
-    assert sample_value(text, "edgetrain_pinned_pod_info", pod="short") == 460_800_000
+    # The agent writes the clock, posts its Event, then updates its metrics: the files can
+    # show the pin a moment (an API round trip on a busy machine) before /metrics does.
+    def pin_exported() -> bool:
+        text = agent.metrics()
+        return (sample_value(text, "edgetrain_gpu_pinned_frequency_hz", node=NODE) == 460_800_000
+                and sample_value(text, "edgetrain_pinned_pod_info", pod="short") == 460_800_000)
+
+    wait_until(pin_exported, 5, "the pin in the agent's metrics")
     assert load_state(agent.state_file).holding
     wait_until(lambda: phase(kube, namespace, "short") == "Succeeded", 30, "pod finished")
     wait_until(lambda: rng(root) == original, 10, "range restored after the pod finished")
