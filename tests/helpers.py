@@ -28,16 +28,16 @@ FAST_PROFILE_ARGS = [
 
 
 def run_edgetrain(
-    *args: str, env: dict[str, str] | None = None, fresh: bool = False
+    *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m edgetrain ARGS` as a user would; never raises on a non-zero exit.
     Forked from this process's fork server, as virtual nodes start their pods (each fresh
-    interpreter spent ~6 s of CPU importing torch); `fresh`, or an `env` whose interpreter
-    settings differ, starts a new interpreter instead."""
+    interpreter spent ~6 s of CPU importing torch); an `env` whose interpreter settings differ
+    starts a new interpreter instead."""
     argv = [sys.executable, "-m", "edgetrain", *args]
     environ = dict(os.environ if env is None else env)
     server = shared_fork_server(argv[:3])
-    if fresh or not server.runs(argv, environ):
+    if not server.runs(argv, environ):
         return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     with tempfile.TemporaryDirectory(prefix="edgetrain-run-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
