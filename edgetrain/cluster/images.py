@@ -160,7 +160,7 @@ def ctr_import(ctr: Path, address: Path, archive: Path, name: str,
                            check=False).stdout.split()
     if name not in names:
         raise RuntimeError(f"ctr images import {archive} did not create {name} (has: {names})")
-    for alias in aliases:
+    for alias in dict.fromkeys(aliases):  # podman's name is often the chart's default too
         if alias != name:
             res = subprocess.run([*base, "images", "tag", "--force", name, alias],
                                  capture_output=True, text=True, check=False)
