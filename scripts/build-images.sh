@@ -4,6 +4,7 @@
 #
 #   scripts/build-images.sh --engine-only          install podman (root + apt) if no engine
 #   scripts/build-images.sh --emulation-only       register arm64 emulation (qemu + binfmt_misc)
+#   scripts/build-images.sh --base-only ARCH ...   make the local Debian base of each ARCH
 #   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator trainer
 #                                                  trainer-cpu (default: operator node-agent)
 # Images and architectures:
@@ -156,6 +157,11 @@ make_local_base() {  # arch
     # gconv: glibc's iconv modules (9 MB); Python's codecs do not use them.
     # usrmerge brings full perl (47 MB) for a one-off conversion: purged once the tree is
     # made, with usr-is-merged standing in for it in init-system-helpers' dependency.
+    # Root mode mounts /proc, /sys and /dev in its chroot under $TMPDIR and unmounts them as
+    # it exits, but not when killed: a build killed by a timeout left them mounted, where a
+    # later `rm -rf` of /tmp reaches the host's /dev. In a mount namespace of its own they
+    # end with it, however it ends.
+    unshare --mount --propagation private -- \
     mmdebstrap --quiet --arch="$arch" --format=tar --variant=essential \
       --include=python3,python3-venv,ca-certificates,libstdc++6,usr-is-merged \
       --aptopt='APT::Install-Recommends "false"' \
@@ -373,6 +379,10 @@ pick_engine
 # Docker builds for users with a registry: the official base, PyPI (no local base, no wheel cache).
 [[ "$ENGINE" == docker && -z "${BASE:-}" ]] && BASE=python:3.11-slim-bookworm
 [[ "${1:-}" == "--engine-only" ]] && { log "engine: $ENGINE"; exit 0; }
+if [[ "${1:-}" == "--base-only" ]]; then
+  for arch in "${@:2}"; do make_local_base "$arch"; log "base: $LOCAL_BASE"; done
+  exit 0
+fi
 if [[ "${1:-}" == "--emulation-only" ]]; then
   require_emulation arm64
   log "emulation: arm64 programs run on this $(uname -m) host"
