@@ -321,3 +321,32 @@ def test_an_edgetrain_workload_runs_in_a_fork_of_the_worker(tmp_path: Path) -> N
         outer.send_signal(signal.SIGTERM)  # forwarded to the workload, which forwards it on
         outer.wait(timeout=60)
     assert outer.returncode != 0
+
+
+EXIT_IN_A_FORK = """
+import atexit, os, sys, threading, time
+from pathlib import Path
+from edgetrain.operator.worker import exit_as_interpreter
+out = Path(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    atexit.register(lambda: (out / "atexit").write_text("ran"))
+    threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread").write_text("joined"))
+                     ).start()
+    sys.stdout.write("buffered, no newline")
+    exit_as_interpreter(3)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_command_ends_as_the_interpreter_would(tmp_path: Path) -> None:
+    """The fork's exit skips the teardown, not what a command relies on at exit: a non-daemon
+    thread is joined, atexit hooks run, buffered stdout reaches the file, the code is kept."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", EXIT_IN_A_FORK, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("buffered, no newline3\n"), done.stdout
+    assert (tmp_path / "thread").read_text() == "joined"
+    assert (tmp_path / "atexit").read_text() == "ran"
