@@ -20,6 +20,8 @@ FAST_PROFILE_ARGS = [
     "2",
     "--min-window",
     "0.3",
+    "--stabilize-window",
+    "0.3",
     "--stabilize-timeout",
     "2",
     "--sample-interval",

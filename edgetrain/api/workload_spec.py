@@ -126,8 +126,10 @@ def estimate_spec(job: PowerAwareTrainingJobSpec, weights: Path | None) -> Estim
     )
 
 
-def profile_spec(job: PowerAwareTrainingJobSpec, *, min_window_s: float = 1.0) -> ProfileSpec:
-    """The device profile of a job (`min_window_s`: seconds of power samples per point)."""
+def profile_spec(job: PowerAwareTrainingJobSpec, *, min_window_s: float = 1.0,
+                 stabilize_window_s: float = 1.0) -> ProfileSpec:
+    """The device profile of a job (`min_window_s`: seconds of power samples per point;
+    `stabilize_window_s`: the windows whose means must agree before them)."""
     return ProfileSpec(
         model=job.model.architecture,
         dataset=job.dataset.name,
@@ -140,6 +142,7 @@ def profile_spec(job: PowerAwareTrainingJobSpec, *, min_window_s: float = 1.0) -
         power_metric=job.strategy.power_metric,
         minibatches=job.budget.profile_minibatches,
         min_window_s=min_window_s,
+        stabilize_window_s=stabilize_window_s,
         device=job.compute.device,
         precision=job.compute.precision,
     )
@@ -219,6 +222,7 @@ def profile_argv(spec: ProfileSpec) -> list[str]:
         "--power-metric", spec.power_metric.value,
         "--minibatches", str(spec.minibatches),
         "--min-window", repr(spec.min_window_s),
+        "--stabilize-window", repr(spec.stabilize_window_s),
         "--stabilize-timeout", repr(spec.stabilize_timeout_s),
         *(["--points", str(spec.predict_points), "--seed", str(spec.predict_seed),
            "--margin-quantile", repr(spec.margin_quantile), "--epochs", str(spec.predict_epochs)]

@@ -73,6 +73,14 @@ def run_command(
             "--dry-run", help="Check the job, print the phases, cache hits and work; train nothing."
         ),
     ] = False,
+    profile_window: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            help="Seconds of each power window while profiling: two must agree before a point"
+            " is measured over one more (`edgetrain profile --stabilize-window/--min-window`).",
+        ),
+    ] = 1.0,
 ) -> None:
     """Run a training job on this machine against a device twin (or this Jetson).
 
@@ -103,7 +111,7 @@ def run_command(
 
         with Reporter(json_lines=json_progress) as reporter:
             try:
-                outcome = run_job(spec, workdir, reporter)
+                outcome = run_job(spec, workdir, reporter, profile_window_s=profile_window)
             except TargetNotReachedError as exc:
                 raise InputError(job, str(exc)) from None  # the job file is what to edit
             folder = write_report(outcome, report)

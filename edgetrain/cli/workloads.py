@@ -394,6 +394,9 @@ def profile_command(
     power_metric: PowerMetric = PowerMetric.peak,
     minibatches: Annotated[int, typer.Option(min=2, help="Per point; the first is dropped.")] = 40,
     min_window: Annotated[float, typer.Option(help="Seconds of power samples per point.")] = 1.0,
+    stabilize_window: Annotated[
+        float, typer.Option(help="Power is settled when two such windows' means agree (s).")
+    ] = 1.0,
     stabilize_timeout: Annotated[float, typer.Option(help="Max seconds to wait for power.")] = 15.0,
     sample_interval: Annotated[float, typer.Option(help="Power sampling interval (s).")] = 0.05,
     sysfs_root: Annotated[
@@ -468,6 +471,7 @@ def profile_command(
             power_metric=power_metric,
             minibatches=minibatches,
             min_window_s=min_window,
+            stabilize_window_s=stabilize_window,
             stabilize_timeout_s=stabilize_timeout,
             predict_points=points,
             predict_seed=seed,

@@ -270,7 +270,8 @@ def profile_daemonset(
     if l4t:
         cm_labels[LABEL_L4T] = label_value(l4t)
     out = f"{WORK}/profile.csv"
-    pspec = profile_spec(spec, min_window_s=settings.profile_min_window_s)
+    pspec = profile_spec(spec, min_window_s=settings.profile_min_window_s,
+                         stabilize_window_s=settings.profile_stabilize_window_s)
     # Predicted profiling also sets CPU and EMC clocks, which the agent is not asked for.
     by_agent = (settings.profile_clocks_by_agent
                 and pspec.strategy is not ProfilingStrategy.predicted)

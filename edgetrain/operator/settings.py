@@ -108,6 +108,9 @@ class OperatorSettings(BaseModel):
     profile_min_window_s: Annotated[float, Field(gt=0)] = Field(
         default=1.0, description="`edgetrain profile --min-window` in profiling pods"
     )
+    profile_stabilize_window_s: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="`edgetrain profile --stabilize-window` in profiling pods"
+    )
     progress_interval_s: Annotated[float, Field(gt=0)] = Field(
         default=1.0, description="how often a training pod publishes its progress"
     )

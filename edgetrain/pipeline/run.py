@@ -129,7 +129,8 @@ def _estimate_phase(
 
 
 def _profile_phase(
-    spec: PowerAwareTrainingJobSpec, session: DeviceSession, task: Task, reporter: Reporter | None
+    spec: PowerAwareTrainingJobSpec, session: DeviceSession, task: Task, reporter: Reporter | None,
+    window_s: float,
 ) -> tuple[list[ProfilePoint], ProfileMetadata, PhaseRecord]:
     started = time.monotonic()
     shape = tuple(int(d) for d in task.x_train.shape[1:])
@@ -139,7 +140,7 @@ def _profile_phase(
     if meta is not None:
         return read_profile(path), meta, PhaseRecord(cached=True, wall_s=0.0, path=str(path))
     run = profile(
-        profile_spec(spec),
+        profile_spec(spec, min_window_s=window_s, stabilize_window_s=window_s),
         session,
         reporter,
         task=task,
@@ -156,9 +157,11 @@ def _run_id() -> str:
 
 
 def run_job(
-    spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None
+    spec: PowerAwareTrainingJobSpec, workdir: Path | None = None, reporter: Reporter | None = None,
+    *, profile_window_s: float = 1.0,
 ) -> RunOutcome:
-    """Estimate (or reuse) r, profile (or reuse) the LUT, plan, then train at the plan."""
+    """Estimate (or reuse) r, profile (or reuse) the LUT, plan, then train at the plan
+    (`profile_window_s`: each profile point's power windows)."""
     validate_job(spec)
     resolve(spec.compute.device, spec.compute.precision)  # fail before anything is written
     workdir = workdir or Path(tempfile.mkdtemp(prefix="edgetrain-run-"))
@@ -172,7 +175,8 @@ def run_job(
     # The target set, loaded once: profiling and training both run on it.
     task = load_task(spec.dataset.name, spec.dataset.limit)
     with open_device(spec.placement.device, workdir) as session:
-        points, meta, prof_phase = _profile_phase(spec, session, task, reporter)
+        points, meta, prof_phase = _profile_phase(spec, session, task, reporter,
+                                                  profile_window_s)
         result = make_plan(
             Lut.from_points(points),
             planning,

@@ -69,11 +69,12 @@ def test_estimate_spec_reaches_the_cli_unchanged(job: Any) -> None:
 
 
 def test_profile_spec_reaches_the_cli_unchanged(job: Any) -> None:
-    spec = profile_spec(job, min_window_s=0.25)
+    spec = profile_spec(job, min_window_s=0.25, stabilize_window_s=0.4)
     assert spec.strategy is ProfilingStrategy.frontier and spec.power_limit_w == 5.0
     got = parsed("profile", profile_argv(spec))
     assert got["gpu_freqs"] == "307200000,614400000,921600000"
     assert (got["strategy"], got["power_limit"], got["min_window"]) == ("frontier", 5.0, 0.25)
+    assert got["stabilize_window"] == 0.4
     assert got["minibatches"] == job.budget.profile_minibatches
     assert got["stabilize_timeout"] == spec.stabilize_timeout_s
 

@@ -374,6 +374,7 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
              "--set-json", "operator.settings.progressIntervalSeconds=0.5",
              "--set-json", "operator.extraEnv=" + json.dumps([
                  {"name": "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S", "value": "0.3"},
+                 {"name": "EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S", "value": "0.3"},
                  # edgetrain.io/inject-hold: tests hold a job where the fault is to hit.
                  {"name": "EDGETRAIN_OPERATOR_FAULT_INJECTION", "value": "true"}]),
              "--set-json", f'agent.nodeSelector={{"edgetrain.io/pool":"{pool}"}}',

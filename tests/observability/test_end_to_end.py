@@ -106,6 +106,7 @@ def _installed(cluster: LocalCluster, kube: KubeClient, namespace: str, jobs: st
          "--set-json", "operator.settings.retryBackoffSeconds=1",
          "--set-json", "operator.settings.progressIntervalSeconds=0.5",
          "--set-json", 'operator.extraEnv=[{"name":"EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S",'
+                       '"value":"0.3"},{"name":"EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S",'
                        '"value":"0.3"}]',
          kubeconfig=cluster.kubeconfig)
     try:

@@ -155,6 +155,9 @@ def operator(
         # Training pods mount the namespace's claim there (the default mount path).
         "EDGETRAIN_OPERATOR_CHECKPOINT_PVC": CHECKPOINT_CLAIM,
         "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
+        # A twin settles at once: a profile point in about 1 s, not 3 (all of it training).
+        "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S": "0.3",
+        "EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S": "0.3",
         # A job whose placement matches no Ready node fails after this (300 s by default).
         "EDGETRAIN_OPERATOR_NO_NODE_GRACE_S": "5",
         "EDGETRAIN_OPERATOR_METRICS_PORT": str(metrics_port),

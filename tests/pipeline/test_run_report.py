@@ -43,7 +43,7 @@ def _run(job: Path, tmp: Path, report: Path, *extra: str,
          cache: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EDGETRAIN_CACHE_DIR": str(cache or tmp / "cache")}
     return run_edgetrain("run", str(job), "--report", str(report), "--workdir", str(tmp / "work"),
-                         "--json-progress", *extra, env=env)
+                         "--json-progress", "--profile-window", "0.3", *extra, env=env)
 
 
 def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: Path) -> None:
@@ -182,7 +182,7 @@ def test_run_loads_the_target_set_once(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("EDGETRAIN_CACHE_DIR", str(tmp_path / "cache"))
     job = tmp_path / "job.yaml"
     job.write_text(JOB)
-    outcome = run_job(load_job(job), tmp_path / "work")
+    outcome = run_job(load_job(job), tmp_path / "work", profile_window_s=0.3)
     assert outcome.training.samples > 0
     assert loads.count(("digits", None)) == 1, loads  # the target set (no limit in JOB)
     assert ("digits", 800) in loads  # the proxy, loaded by the estimate
