@@ -459,7 +459,8 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
             # A busy machine trains slowly: no hurry here.
             finals = {n: fleet.wait_done(n, timeout_s=900) for n in names}
         assert all(f["phase"] == "Succeeded" for f in finals.values()), finals
-        assert watch.samples and not watch.over_cap(), watch.over_cap()[:5]
+        assert watch.samples and not watch.over_cap(), (watch.over_cap()[:5],
+                                                        watch.around_first_over_cap())
         assert max(p for _t, _cap, p, _ in watch.samples) <= SITE_CAP_W + 1e-6
         after = [p for _t, cap, p, _ in watch.samples if cap == lowered]
         within = next((i for i, p in enumerate(after) if p <= lowered + 1e-6), len(after))

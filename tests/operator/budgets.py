@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Self
 
-from edgetrain.api.budget import BUDGET_PLURAL
+from edgetrain.api.budget import ANNOTATION_POWER_ALLOCATION, BUDGET_PLURAL
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import LABEL_CACHE, LABEL_CACHE_KEY, LABEL_DEVICE_MODEL, LABEL_L4T
@@ -116,6 +116,9 @@ class BudgetWatch(Sampler):
         self.kube, self.budget, self.namespace = kube, budget, namespace
         # (monotonic s, cap, planned, Σ training jobs' planned powerWatts)
         self.samples: list[tuple[float, float, float, float]] = []
+        # Each sample's view, for a failure to tell: the budget's message and allocations, and
+        # per job its phase, plan (W, limit W) and the grant annotation it holds.
+        self.views: list[str] = []
 
     def sample(self) -> None:
         try:
@@ -127,6 +130,14 @@ class BudgetWatch(Sampler):
                     for o in items if o.get("status", {}).get("phase") == "Training")
         if st.get("plannedWatts") is not None:
             self.samples.append((time.monotonic(), st["capWatts"], st["plannedWatts"], plans))
+            jobs = "; ".join(
+                f"{o['metadata']['name']} {(o.get('status') or {}).get('phase')} plan "
+                f"{sel.get('powerWatts')}/{sel.get('powerLimitWatts')} W grant "
+                f"{(o['metadata'].get('annotations') or {}).get(ANNOTATION_POWER_ALLOCATION)}"
+                for o in items for sel in [(o.get("status") or {}).get("selection") or {}])
+            allocations = [(a.get("name"), a.get("watts")) for a in st.get("allocations") or []]
+            self.views.append(f"cap {st['capWatts']} planned {st['plannedWatts']} "
+                              f"{allocations} {st.get('message') or ''} | {jobs}")
 
     def over_cap(self) -> list[tuple[float, float]]:
         """(cap, planned) of samples whose planned draw passed the highest cap so far: after a
@@ -138,3 +149,12 @@ class BudgetWatch(Sampler):
             if planned > highest + 1e-6:
                 over.append((cap, planned))
         return over
+
+    def around_first_over_cap(self, before: int = 6) -> str:
+        """The views from a few samples before the first over-cap sample to it."""
+        highest = 0.0
+        for i, (_t, cap, planned, _plans) in enumerate(self.samples):
+            highest = max(highest, cap)
+            if planned > highest + 1e-6:
+                return "\n".join(self.views[max(0, i - before):i + 1])
+        return ""

@@ -155,7 +155,7 @@ def operator(
         # Training pods mount the namespace's claim there (the default mount path).
         "EDGETRAIN_OPERATOR_CHECKPOINT_PVC": CHECKPOINT_CLAIM,
         "EDGETRAIN_OPERATOR_PROGRESS_INTERVAL_S": "0.5",
-        # A twin settles at once: a profile point in about 1 s, not 3 (all of it training).
+        # A profile point in about 1 s of training, not 3 (docs/workloads.md, `profile`).
         "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S": "0.3",
         "EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S": "0.3",
         # A job whose placement matches no Ready node fails after this (300 s by default).
