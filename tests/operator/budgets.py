@@ -139,22 +139,22 @@ class BudgetWatch(Sampler):
             self.views.append(f"cap {st['capWatts']} planned {st['plannedWatts']} "
                               f"{allocations} {st.get('message') or ''} | {jobs}")
 
-    def over_cap(self) -> list[tuple[float, float]]:
-        """(cap, planned) of samples whose planned draw passed the highest cap so far: after a
+    def _over_cap_at(self) -> list[int]:
+        """Indexes of the samples whose planned draw passed the highest cap so far: after a
         lowered cap the plan still counts what running jobs draw until they re-plan (it is
         written with the cap), so only the highest cap so far bounds every sample."""
         highest, over = 0.0, []
-        for _t, cap, planned, _plans in self.samples:
-            highest = max(highest, cap)
-            if planned > highest + 1e-6:
-                over.append((cap, planned))
-        return over
-
-    def around_first_over_cap(self, before: int = 6) -> str:
-        """The views from a few samples before the first over-cap sample to it."""
-        highest = 0.0
         for i, (_t, cap, planned, _plans) in enumerate(self.samples):
             highest = max(highest, cap)
             if planned > highest + 1e-6:
-                return "\n".join(self.views[max(0, i - before):i + 1])
-        return ""
+                over.append(i)
+        return over
+
+    def over_cap(self) -> list[tuple[float, float]]:
+        """(cap, planned) of the samples over the highest cap so far."""
+        return [(self.samples[i][1], self.samples[i][2]) for i in self._over_cap_at()]
+
+    def around_first_over_cap(self, before: int = 6) -> str:
+        """The views from a few samples before the first over-cap sample to it."""
+        over = self._over_cap_at()
+        return "\n".join(self.views[max(0, over[0] - before):over[0] + 1]) if over else ""
