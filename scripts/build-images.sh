@@ -380,6 +380,7 @@ pick_engine
 [[ "$ENGINE" == docker && -z "${BASE:-}" ]] && BASE=python:3.11-slim-bookworm
 [[ "${1:-}" == "--engine-only" ]] && { log "engine: $ENGINE"; exit 0; }
 if [[ "${1:-}" == "--base-only" ]]; then
+  [[ $# -ge 2 ]] || die "--base-only needs one or more architectures, e.g. --base-only amd64 arm64"
   for arch in "${@:2}"; do make_local_base "$arch"; log "base: $LOCAL_BASE"; done
   exit 0
 fi
