@@ -6,6 +6,7 @@ PyTorch is imported inside each command so that light commands (`plan`) start fa
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -246,6 +247,16 @@ def train_command(
         str | None,
         typer.Option(help="Pin this GPU frequency while training (else the node agent pins it)."),
     ] = None,
+    await_pin: Annotated[
+        str | None,
+        typer.Option(help="Wait until the node agent pins the GPU at this frequency (or lower)"
+                     " before training: the operator's pods, whose clock the agent sets."),
+    ] = None,
+    await_power_mode: Annotated[
+        str | None,
+        typer.Option(help="With --await-pin: also wait for this power mode, CORES,CPU_HZ,EMC_HZ"
+                     " (a mode the agent could not set is a warning)."),
+    ] = None,
     sysfs_root: Annotated[
         Path | None, typer.Option(help="Sysfs root (a twin's tree); default $EDGETRAIN_SYSFS_ROOT.")
     ] = None,
@@ -280,6 +291,7 @@ def train_command(
             parse_frequency_hz(gpu_freq)
             if not has_device:
                 raise PlanInputError("--gpu-freq needs a device (--sysfs-root or a Jetson's /sys)")
+        awaited = _awaited_setting(await_pin, await_power_mode, gpu_freq, has_device)
         check_sysfs_root(sysfs_root)
         # torch loads only once the options are known to be good.
         from edgetrain.api.workload_spec import TrainSpec
@@ -319,6 +331,13 @@ def train_command(
                 stack.enter_context(session)
                 if gpu_freq:
                     session.pin(parse_frequency_hz(gpu_freq))
+                if awaited is not None:
+                    try:
+                        warning = session.await_agent_setting(*awaited)
+                    except DeviceError as exc:
+                        raise PlanInputError(str(exc)) from None
+                    if warning:
+                        print(f"edgetrain train: {warning}", file=sys.stderr)
                 from edgetrain.workloads.training import load_task
 
                 task = load_task(dataset, dataset_limit)
@@ -353,6 +372,32 @@ def train_command(
         )
     if not outcome.reached_target:
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
+
+
+def _awaited_setting(
+    await_pin: str | None, await_power_mode: str | None, gpu_freq: str | None, has_device: bool
+) -> tuple[int, tuple[int, int, int] | None] | None:
+    """--await-pin / --await-power-mode checked: (GPU Hz, mode or None), or None."""
+    from edgetrain.cli.plan import parse_frequency_hz
+
+    if await_power_mode and not await_pin:
+        raise PlanInputError("--await-power-mode needs --await-pin (the agent sets both together)")
+    if not await_pin:
+        return None
+    if gpu_freq:
+        raise PlanInputError("--await-pin waits for the node agent's pin, --gpu-freq pins here:"
+                             " give one of them")
+    mode: tuple[int, int, int] | None = None
+    if await_power_mode:
+        parts = [p.strip() for p in await_power_mode.split(",")]
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise PlanInputError(f"--await-power-mode {await_power_mode!r}: give CORES,CPU_HZ,"
+                                 "EMC_HZ as three positive integers, e.g. 2,921600000,1600000000")
+        mode = (int(parts[0]), int(parts[1]), int(parts[2]))
+    freq_hz = parse_frequency_hz(await_pin)
+    if not has_device:
+        raise PlanInputError("--await-pin needs a device (--sysfs-root or a Jetson's /sys)")
+    return freq_hz, mode
 
 
 def _agent_clock_request(sa_dir: Path | None, strategy: str) -> Callable[[int | None], None]:

@@ -69,6 +69,18 @@ class PowerModeWriter:
             self._write(cpu / f"cpu{i}/online", "1\n" if i < cpu_cores else "0\n")
         self._write(self.emc_rate, f"{emc_freq_hz}\n")
 
+    def read(self) -> tuple[int, int, int] | None:
+        """(online cores, CPU clock cap Hz, EMC Hz) as the files say now; None if unreadable."""
+        cpu = self.root / CPU_DIR
+        try:
+            online = [(cpu / f"cpu{i}/online").read_text().strip() == "1"
+                      for i in range(1, self.spec.cpu_cores)]
+            cap_khz = int((cpu / "cpu0/cpufreq/scaling_max_freq").read_text().strip())
+            emc_hz = int(self.emc_rate.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return (1 + sum(online), cap_khz * 1000, emc_hz)
+
     def wait_applied(self, cpu_cores: int, cpu_freq_hz: int, emc_freq_hz: int) -> None:
         """On a twin, wait until its state reports the mode (it re-reads the files each tick)."""
         deadline = time.monotonic() + 5.0

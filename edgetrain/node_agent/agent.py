@@ -40,11 +40,13 @@ from edgetrain.node_agent import kube as k
 from edgetrain.node_agent.logic import (
     Desired,
     EventDeduper,
+    ModeRequest,
     ModeTables,
     PodRequest,
     Range,
     guard_ceiling,
     guard_decision,
+    pin_first,
     progress_values,
     reconcile,
     target_range,
@@ -71,6 +73,10 @@ class AgentConfig:
     tick_s: float = 0.5
     power_backend: str = "auto"
     label_node: bool = True
+
+
+# An Event to post once a pass has written everything: (pod, reason, message, type).
+_Report = tuple[PodRequest, str, str, str]
 
 
 def _ref(req: PodRequest) -> Obj:
@@ -142,8 +148,8 @@ class NodeAgent:
         if self.config.label_node:
             self._label_node(board.board_id, board.l4t)
         self._list_pods()
-        self._synced = True
         self._tick()  # restore a leaked pin or re-apply a held one before anything else
+        self._synced = True  # ready only now: /readyz must not answer before that restore
         for target, name in ((self._watch_pods, "pod-watch"), (self._loop, "control-loop")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -242,8 +248,17 @@ class NodeAgent:
         desired = reconcile(pods, self.table, self.mode_tables)
         self._events.keep_only({p["metadata"]["uid"] for p in pods})
         self._announce(desired)
-        self._apply_mode(desired)  # the mode first: profiles were measured mode, then clock
-        self._apply(desired)
+        # A pod's whole setting (GPU range and power mode) lands in one pass, lowering first;
+        # only then is it reported, so nothing reads "pinned" while half of it is missing.
+        report: list[_Report] = []
+        if self._pin_first(desired):
+            self._apply(desired, report)
+            self._apply_mode(desired, report)
+        else:
+            self._apply_mode(desired, report)
+            self._apply(desired, report)
+        for req, reason, message, kind in report:
+            self._event(req, reason, message, kind)
         self._guard(desired)
         self._update_metrics(desired, pods)
         self._last_tick = time.monotonic()
@@ -272,7 +287,24 @@ class NodeAgent:
         if (current.min_freq_hz, current.max_freq_hz) != (rng.min_hz, rng.max_hz):
             self.devfreq.set_range(rng.min_hz, rng.max_hz)
 
-    def _apply(self, desired: Desired) -> None:
+    def _pin_first(self, desired: Desired) -> bool:
+        """Which of the range and the mode lowers the draw, so goes first (logic.pin_first)."""
+        assert self.devfreq is not None
+        if desired.mode is None or not desired.active or self.board_id not in BOARDS:
+            return True
+        assert self.board_id is not None
+        current = PowerModeWriter(self.root, self.board_id).read()
+        target = target_range(desired, self._saved() if self.state.holding else Range(
+            *self._current()), self.state.guard_cap_hz)
+        return pin_first(self._current()[1], target,
+                         ModeRequest(*current) if current else None, desired.mode)
+
+    def _current(self) -> tuple[int, int]:
+        assert self.devfreq is not None
+        cur = self.devfreq.current_range()
+        return (cur.min_freq_hz, cur.max_freq_hz)
+
+    def _apply(self, desired: Desired, report: list[_Report] | None = None) -> None:
         assert self.devfreq is not None
         st = self.state
         path = self.config.state_file
@@ -313,11 +345,15 @@ class NodeAgent:
             st.owner_uid = owner.uid if owner else None
             save_state(path, st)
             if desired.owner is not None and desired.freq_hz is not None:
-                self._event(desired.owner, "GpuFrequencyPinned",
-                            f"node {self.node}: GPU pinned at {_mhz(target.min_hz)} "
-                            f"(requested {_mhz(desired.freq_hz)})")
+                pinned: _Report = (desired.owner, "GpuFrequencyPinned",
+                                   f"node {self.node}: GPU pinned at {_mhz(target.min_hz)} "
+                                   f"(requested {_mhz(desired.freq_hz)})", "Normal")
+                if report is None:
+                    self._event(*pinned)
+                else:
+                    report.append(pinned)
 
-    def _apply_mode(self, desired: Desired) -> None:
+    def _apply_mode(self, desired: Desired, report: list[_Report]) -> None:
         """Set the pinned pod's CPU cores, CPU clock cap and EMC clock; put the originals back
         when no pod asks (also after a restart: they are in the state file)."""
         st, path = self.state, self.config.state_file
@@ -347,17 +383,17 @@ class NodeAgent:
             st.saved_mode_files = None
             save_state(path, st)
             self._mode_refused = target
-            self._event(owner, "PowerModeFailed",
-                        f"node {self.node}: power mode not set ({exc}); the GPU pin and power"
-                        " guard still apply. Mount the CPU and EMC controls writable (chart:"
-                        f" agent.boards.{self.board_id}.powerModes=true)", "Warning")
+            report.append((owner, "PowerModeFailed",
+                           f"node {self.node}: power mode not set ({exc}); the GPU pin and power"
+                           " guard still apply. Mount the CPU and EMC controls writable (chart:"
+                           f" agent.boards.{self.board_id}.powerModes=true)", "Warning"))
             log.warning("power mode %s for %s not set: %s", target, owner.key, exc)
             return
         st.applied_mode, st.mode_owner = target, owner.key
         save_state(path, st)
-        self._event(owner, "PowerModeSet",
-                    f"node {self.node}: {mode.cpu_cores} CPU cores at ≤ {_mhz(mode.cpu_freq_hz)},"
-                    f" EMC {_mhz(mode.emc_freq_hz)}")
+        report.append((owner, "PowerModeSet",
+                       f"node {self.node}: {mode.cpu_cores} CPU cores at ≤"
+                       f" {_mhz(mode.cpu_freq_hz)}, EMC {_mhz(mode.emc_freq_hz)}", "Normal"))
 
     def _guard(self, desired: Desired) -> None:
         st = self.state
@@ -479,7 +515,7 @@ class NodeAgent:
         if self.config.label_node and not self._labelled:
             reasons.append("Node not labelled yet")
         if not self._synced:
-            reasons.append("pods not listed yet")
+            reasons.append("pods not listed and applied yet")
         if self.sampler is None or not self.sampler.samples(start_s=time.monotonic() - 5.0):
             reasons.append("no power sample in the last 5 s")
         reasons += self._errors

@@ -261,6 +261,24 @@ def target_range(desired: Desired, saved: Range, guard_cap_hz: int | None) -> Ra
     return Range(min(saved.min_hz, cap), cap)
 
 
+def mode_raises(current: ModeRequest | None, target: ModeRequest) -> bool:
+    """True when `target` raises any of the mode's controls above `current` (unknown: raises)."""
+    if current is None:
+        return True
+    return (target.cpu_cores > current.cpu_cores or target.cpu_freq_hz > current.cpu_freq_hz
+            or target.emc_freq_hz > current.emc_freq_hz)
+
+
+def pin_first(current_max_hz: int, target: Range | None, current_mode: ModeRequest | None,
+              mode: ModeRequest | None) -> bool:
+    """Whether the GPU range goes before the power mode in one pass: whichever lowers the
+    draw goes first, so the state in between never draws more than both the old and the new
+    setting. The pin goes first unless it raises the GPU clock while the mode only lowers."""
+    if target is None or mode is None:
+        return True
+    return not (target.max_hz > current_max_hz and not mode_raises(current_mode, mode))
+
+
 def guard_ceiling(desired: Desired, saved: Range) -> int:
     """The frequency the guard starts from: the pin, else the saved max."""
     return desired.freq_hz if desired.freq_hz is not None else saved.max_hz

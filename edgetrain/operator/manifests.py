@@ -322,6 +322,13 @@ def profile_daemonset(
     }
 
 
+def _await_agent(gpu_frequency_hz: int, power_mode: tuple[int, int, int] | None) -> list[str]:
+    """`edgetrain train` waits until the node agent holds the pod's pin and power mode, so it
+    never trains on the clock the pod found (the agent writes both, then reports them)."""
+    mode = ["--await-power-mode", ",".join(map(str, power_mode))] if power_mode else []
+    return ["--await-pin", str(gpu_frequency_hz), *mode]
+
+
 def checkpoint_dir(settings: OperatorSettings, patj: Obj, run: str) -> str:
     """A checkpoint folder of one run of the job (a run keeps its batch size)."""
     meta = patj["metadata"]
@@ -361,6 +368,8 @@ def train_job(
         "edgetrain", "train", *train_argv(train_spec(spec, batch_size, _weights(spec))),
         "--checkpoint-dir", ckpt_dir,
         *(["--gpu-freq", str(gpu_frequency_hz)] if settings.pin_frequency_in_pod else []),
+        *(_await_agent(gpu_frequency_hz, power_mode)
+          if settings.profile_clocks_by_agent and not settings.pin_frequency_in_pod else []),
         "--json-progress",
     ]
     extra = [*_pretrain_args(spec)]

@@ -68,7 +68,9 @@ class OperatorSettings(BaseModel):
         default=False,
         description="profile pods ask the node agent for each GPU clock (an annotation on"
         " their own pod) instead of writing devfreq, which a restricted pod's read-only /sys"
-        " forbids on a real Jetson; needs the node agent on every Jetson (the chart's default)",
+        " forbids on a real Jetson, and training pods wait until the agent holds their pin and"
+        " power mode before they train; needs the node agent on every Jetson (the chart's"
+        " default)",
     )
     pin_frequency_in_pod: bool = Field(
         default=False,

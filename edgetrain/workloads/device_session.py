@@ -18,7 +18,9 @@ from edgetrain.device import (
     resolve_root,
     select_power_sensor,
 )
+from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import (
+    BOARDS,
     GroundTruth,
     PowerMode,
     TwinWorkload,
@@ -32,6 +34,9 @@ DEFAULT_SAMPLE_INTERVAL_S = 0.05
 # How long a clock asked of the node agent may take to read back: its pod watch, its write
 # and the governor, on a loaded node.
 AGENT_CLOCK_TIMEOUT_S = 30.0
+# The agent writes a pod's GPU range and power mode in one pass: once the pin reads back, the
+# mode is there within this, or was refused.
+MODE_GRACE_S = 5.0
 
 # Asks whoever may write devfreq (the node agent) for a GPU clock; None: release it.
 ClockRequest = Callable[[int | None], None]
@@ -112,6 +117,42 @@ class DeviceSession:
                 f" {self.devfreq.cur_freq_hz()} Hz after {self.clock_timeout_s:g} s: is"
                 " edgetrain's node agent running on this node, with no other pod on it"
                 " holding another clock?")
+
+    def await_agent_setting(
+        self, gpu_freq_hz: int, mode: tuple[int, int, int] | None = None,
+        mode_grace_s: float = MODE_GRACE_S,
+    ) -> str | None:
+        """Wait until the node agent holds this pod's GPU pin (min = max ≤ `gpu_freq_hz`: the
+        guard or a lower pod's pin are later states) and its power mode (each control ≤ the
+        mode's). The agent writes both in one pass, so a mode still missing `mode_grace_s`
+        after the pin was refused (its PowerModeFailed Event): returns that as a warning."""
+        deadline = time.monotonic() + self.clock_timeout_s
+        while not self._pinned_at_most(gpu_freq_hz):
+            if time.monotonic() >= deadline:
+                cur = self.devfreq.current_range()
+                raise DeviceError(
+                    f"the node agent did not pin the GPU at {gpu_freq_hz} Hz in"
+                    f" {self.clock_timeout_s:g} s (range {cur.min_freq_hz}-{cur.max_freq_hz} Hz):"
+                    " is edgetrain's node agent running on this node?")
+            time.sleep(0.05)
+        board = self.board_name
+        if mode is None or board not in BOARDS:
+            return None
+        reader = PowerModeWriter(self.root, board)
+        deadline = time.monotonic() + mode_grace_s
+        while True:
+            now = reader.read()
+            if now is not None and all(n <= w for n, w in zip(now, mode, strict=True)):
+                return None
+            if time.monotonic() >= deadline:
+                return (f"power mode {mode} not set by the node agent (the device reads {now});"
+                        " training in the board's current mode: see the pod's PowerModeFailed"
+                        " Event")
+            time.sleep(0.05)
+
+    def _pinned_at_most(self, gpu_freq_hz: int) -> bool:
+        cur = self.devfreq.current_range()
+        return cur.min_freq_hz == cur.max_freq_hz <= gpu_freq_hz
 
     def set_workload(self, workload: TwinWorkload) -> None:
         """Tell a twin what trains now (a real board needs no telling)."""

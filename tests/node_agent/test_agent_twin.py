@@ -3,6 +3,7 @@ pin/restore across pod lifetimes and agent restarts, conflicts, node labels, the
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,15 +245,91 @@ def test_power_mode_is_set_held_across_a_restart_and_restored(
     pod["metadata"]["annotations"].update(
         zip(POWER_MODE_ANNOTATIONS, map(str, wanted), strict=True))
     create(kube, namespace, pod)
-    wait_until(lambda: mode() == wanted, 20, "power mode applied on the twin")
-    assert rng(root) == (460_800_000, 460_800_000)
-    assert events(kube, namespace, "PowerModeSet")
-    state = load_state(agent.state_file)
-    assert state.applied_mode == list(wanted) and state.saved_mode_files
+    # The agent writes the range and the mode in one pass, records them, then posts its
+    # Events; the twin reads its files on its own clock. Wait for the whole setting as every
+    # reader sees it, not for one half of it.
+    def whole_setting() -> bool:
+        state = load_state(agent.state_file)
+        return ((mode(), rng(root)) == (wanted, (460_800_000, 460_800_000))
+                and state.applied_mode == list(wanted) and bool(state.saved_mode_files)
+                and bool(events(kube, namespace, "PowerModeSet")))
+
+    wait_until(whole_setting, 20, "power mode, GPU pin, state and Event on the twin")
     # The agent dies holding the mode, the pod is deleted meanwhile: the restart restores it.
     agent.kill()
     delete_and_wait(kube, namespace, "moded")
     assert mode() == wanted
     agent.start()
-    wait_until(lambda: mode() == original, 10, "original power mode restored")
-    assert load_state(agent.state_file).saved_mode_files is None
+    wait_until(lambda: mode() == original and load_state(agent.state_file).saved_mode_files
+               is None, 10, "original power mode restored and the state cleared")
+
+
+def test_a_pods_whole_setting_is_written_before_it_is_reported(
+    cluster: LocalCluster, kube: KubeClient, namespace: str, nano: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The agent in-process, every device write and Event recorded in order: a pod asking for
+    a pin and a power mode gets both written in one pass, lowering first (the pin here), and
+    only then its Events; /readyz answers only after the first pass (a restart's restore)."""
+    from edgetrain.api.keys import POWER_MODE_ANNOTATIONS
+    from edgetrain.device.power_mode import PowerModeWriter
+    from edgetrain.node_agent import agent as agent_module
+    from edgetrain.node_agent.agent import AgentConfig, NodeAgent
+
+    log: list[str] = []
+    set_range, apply_mode = GpuDevfreq.set_range, PowerModeWriter.apply
+    post_event = agent_module.k.post_event
+
+    def recording_range(self: GpuDevfreq, lo: int, hi: int) -> None:
+        set_range(self, lo, hi)
+        log.append(f"range {lo}-{hi}")
+
+    def recording_mode(self: PowerModeWriter, *mode: int) -> None:
+        apply_mode(self, *mode)
+        log.append("mode")
+
+    def recording_event(client: Any, ref: Any, node: str, reason: str, *rest: Any) -> None:
+        post_event(client, ref, node, reason, *rest)
+        log.append(f"event {reason}")
+
+    monkeypatch.setattr(GpuDevfreq, "set_range", recording_range)
+    monkeypatch.setattr(PowerModeWriter, "apply", recording_mode)
+    monkeypatch.setattr(agent_module.k, "post_event", recording_event)
+    # Hold the first pass: /readyz must not answer 200 until it is done.
+    first_pass_may_go = threading.Event()
+    tick = NodeAgent._tick
+
+    def held_tick(self: NodeAgent) -> None:
+        first_pass_may_go.wait(10)
+        tick(self)
+
+    monkeypatch.setattr(NodeAgent, "_tick", held_tick)
+    agent = NodeAgent(AgentConfig(node=NODE, state_file=tmp_path / "state.json",
+                                  sysfs_root=nano.host_root, metrics_port=0, tick_s=0.2,
+                                  guard_window_s=30.0),
+                      KubeClient.from_kubeconfig(cluster.kubeconfig))
+    starter = threading.Thread(target=agent.start)
+    starter.start()
+    try:
+        wait_until(lambda: agent._http is not None, 10, "the agent serving HTTP")
+        time.sleep(0.3)
+        assert http_get(f"http://127.0.0.1:{agent.metrics_port}/readyz").status_code == 503
+        first_pass_may_go.set()
+        starter.join(10)
+        assert http_get(f"http://127.0.0.1:{agent.metrics_port}/readyz").status_code == 200
+        log.clear()
+        pod = sleeper_pod("whole", NODE, 60, freq_hz=460_800_000)
+        pod["metadata"]["annotations"].update(zip(
+            POWER_MODE_ANNOTATIONS, map(str, (2, 921_600_000, 1_600_000_000)), strict=True))
+        create(kube, namespace, pod)
+        wait_until(lambda: {"event GpuFrequencyPinned", "event PowerModeSet"} <= set(log), 20,
+                   "both Events posted")
+        writes = [i for i, entry in enumerate(log) if not entry.startswith("event")]
+        reports = [i for i, entry in enumerate(log) if entry.startswith("event")]
+        assert log[writes[0]] == "range 460800000-460800000", log  # the pin lowers: first
+        assert max(writes) < min(reports), log
+    finally:
+        first_pass_may_go.set()
+        agent.stop()
+        PowerModeWriter(nano.host_root, "jetson-nano",
+                        load_state(tmp_path / "state.json").saved_mode_files).restore()

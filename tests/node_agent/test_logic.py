@@ -22,6 +22,7 @@ from edgetrain.node_agent.logic import (
     Range,
     guard_ceiling,
     guard_decision,
+    pin_first,
     pod_request,
     progress_values,
     reconcile,
@@ -227,3 +228,28 @@ def test_the_pinned_pods_mode_wins_and_a_mode_alone_pins_no_clock() -> None:
     assert d.mode_owner is not None and d.mode_owner.name == "lo"
     alone = reconcile([mode_pod("m", cores=1, cpu=102_000_000, emc=204_000_000)], NANO, MODES)
     assert alone.mode == ModeRequest(1, 102_000_000, 204_000_000) and not alone.active
+
+
+M_LOW, M_HIGH = ModeRequest(1, 102_000_000, 204_000_000), ModeRequest(4, 1_479_000_000,
+                                                                     1_600_000_000)
+
+
+@pytest.mark.parametrize(("current_max", "target", "current_mode", "mode", "first"), [
+    # The pin lowers the GPU: it goes first whatever the mode does.
+    (921_600_000, Range(460_800_000, 460_800_000), M_LOW, M_HIGH, True),
+    (921_600_000, Range(460_800_000, 460_800_000), M_HIGH, M_LOW, True),
+    # The pin raises the GPU and the mode only lowers: the mode goes first.
+    (307_200_000, Range(921_600_000, 921_600_000), M_HIGH, M_LOW, False),
+    (307_200_000, Range(921_600_000, 921_600_000), None, M_LOW, True),  # unknown: raises
+    # Both raise: either order stays under the new setting; the pin goes first.
+    (307_200_000, Range(921_600_000, 921_600_000), M_LOW, M_HIGH, True),
+    # The same mode (raises nothing) with a raising pin: nothing to lower, the mode first.
+    (307_200_000, Range(921_600_000, 921_600_000), M_LOW, M_LOW, False),
+    # Nothing to order.
+    (921_600_000, None, M_LOW, M_HIGH, True),
+    (921_600_000, Range(460_800_000, 460_800_000), M_LOW, None, True),
+])
+def test_the_setting_that_lowers_the_draw_goes_first(
+        current_max: int, target: Range | None, current_mode: ModeRequest | None,
+        mode: ModeRequest | None, first: bool) -> None:
+    assert pin_first(current_max, target, current_mode, mode) is first

@@ -337,3 +337,23 @@ def test_profile_pods_ask_the_agent_for_clocks_where_the_setting_says() -> None:
             assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
             assert args[args.index("--clock-by-agent") + 1:][:2] == [
                 "--sa-dir", str(SERVICE_ACCOUNT_DIR)]
+
+
+def test_training_pods_wait_for_the_agents_pin_and_mode_where_an_agent_runs() -> None:
+    """With the agent setting the clocks, `edgetrain train` waits until the agent holds the
+    pod's pin (and power mode) before it trains; with the pin in the pod, or no agent, not."""
+    by_agent = load_settings({"EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true"})
+    in_pod = load_settings({"EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true",
+                            "EDGETRAIN_OPERATOR_PIN_FREQUENCY_IN_POD": "true"})
+    mode = (2, 921_600_000, 1_600_000_000)
+    for settings, power_mode, want in (
+            (by_agent, None, ["--await-pin", "307200000"]),
+            (by_agent, mode, ["--await-pin", "307200000", "--await-power-mode",
+                              "2,921600000,1600000000"]),
+            (in_pod, mode, []), (load_settings({}), mode, [])):
+        args = _args(mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                                  gpu_frequency_hz=307_200_000, attempt=1, ckpt_dir="/c/r",
+                                  power_mode=power_mode))
+        got = [a for i, a in enumerate(args) if a.startswith("--await")
+               or (i and args[i - 1].startswith("--await"))]
+        assert got == want, args

@@ -59,3 +59,51 @@ def test_a_clock_the_agent_never_sets_says_what_to_check(nano: DeviceTwin) -> No
     with (DeviceSession(nano.root, clock_request=lambda _f: None, clock_timeout_s=0.3)
           as session, pytest.raises(DeviceError, match="is edgetrain's node agent running")):
         session.pin(other)
+
+
+def test_training_waits_for_the_agents_pin_and_mode(nano: DeviceTwin) -> None:
+    """--await-pin: the session reads the device until the (stand-in) agent has written the
+    pin and the mode, whatever order it writes them in, and only then returns."""
+    import threading
+    import time
+
+    from edgetrain.device.power_mode import PowerModeWriter
+
+    devfreq = GpuDevfreq.discover(nano.root)
+    table = sorted(devfreq.available_frequencies_hz())
+    pin = table[5]
+    writer = PowerModeWriter(nano.root, "jetson-nano")
+    mode = (2, 921_600_000, 1_600_000_000)
+    written: list[str] = []
+
+    def agent() -> None:  # the pin, a pause, then the mode: a pod must not start in between
+        time.sleep(0.3)
+        devfreq.pin(pin)
+        written.append("pin")
+        time.sleep(0.5)
+        writer.apply(*mode)
+        written.append("mode")
+
+    thread = threading.Thread(target=agent)
+    with DeviceSession(nano.root, clock_timeout_s=5.0) as session:
+        thread.start()
+        assert session.await_agent_setting(pin, mode) is None
+        assert written == ["pin", "mode"]
+        thread.join()
+        # A later state is accepted at once: the guard stepped below the pin.
+        devfreq.pin(table[3])
+        assert session.await_agent_setting(pin, mode, mode_grace_s=0.0) is None
+    writer.restore()
+
+
+def test_a_mode_the_agent_refused_is_a_warning_and_a_missing_pin_an_error(
+        nano: DeviceTwin) -> None:
+    devfreq = GpuDevfreq.discover(nano.root)
+    table = sorted(devfreq.available_frequencies_hz())
+    with DeviceSession(nano.root, clock_timeout_s=0.3) as session:
+        with pytest.raises(DeviceError, match="did not pin the GPU"):
+            session.await_agent_setting(table[4])  # the full range is not a pin
+        devfreq.pin(table[4])
+        warning = session.await_agent_setting(table[4], (1, 102_000_000, 204_000_000),
+                                              mode_grace_s=0.2)
+    assert warning is not None and "PowerModeFailed" in warning
