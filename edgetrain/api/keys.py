@@ -47,6 +47,8 @@ JOB_LABELS = (LABEL_JOB, "batch.kubernetes.io/job-name", "job-name")
 # ---- On a training pod: the frequency the node agent pins, and the limit its guard holds.
 ANNOTATION_GPU_FREQUENCY_HZ = "edgetrain.io/gpu-frequency-hz"
 ANNOTATION_POWER_LIMIT_WATTS = "edgetrain.io/power-limit-watts"
+# On a training or profiling pod under a site budget: the grant sequence it runs under.
+ANNOTATION_POWER_GRANT_SEQUENCE = "edgetrain.io/power-grant-sequence"
 # The rest of a full power mode (plans from predicted profiles): all three or none.
 ANNOTATION_CPU_CORES = "edgetrain.io/cpu-cores"
 ANNOTATION_CPU_FREQUENCY_HZ = "edgetrain.io/cpu-frequency-hz"

@@ -336,6 +336,17 @@ def baselines(plan: PlanResult) -> dict[str, PlanPointStatus]:
     }
 
 
+def sweep_spec(spec: PowerAwareTrainingJobSpec, status: PowerAwareTrainingJobStatus,
+               device_model: str) -> PowerAwareTrainingJobSpec:
+    """The spec a sweep of `device_model` runs under: a site budget's profiling grant below the
+    job's own limit is its ceiling (the frontier is cut there, and the cache key says so)."""
+    share = status.power_share
+    if (share is None or share.purpose != "profile" or share.watts is None
+            or share.device_model != device_model or share.watts >= spec.power_limit_w):
+        return spec
+    return spec.model_copy(update={"power_limit_watts": share.watts})
+
+
 def profiles_cover_limit(profiles: list[ProfileStatus], limit_w: float) -> bool:
     """Every profile was measured up to at least `limit_w` (a frontier cut lower misses points)."""
     for prof in profiles:
