@@ -43,6 +43,7 @@ class Record:
     serial_requests: int | None  # requests sent one after another up to that write (incl.)
     requests: int  # requests of the whole reconcile (this thread)
     cpu_s: float  # this thread's CPU time over the reconcile
+    wall_s: float = 0.0  # the reconcile started → ended
     phase_from: str = ""
     phase_to: str = ""
     at: float = 0.0  # unix seconds at the end
@@ -119,6 +120,7 @@ def end(phase_from: str = "", phase_to: str = "") -> Record | None:
                                                                 4),
         serial_requests=clock.serial, requests=clock.requests,
         cpu_s=round(time.thread_time() - clock.cpu_at, 5),
+        wall_s=round(time.monotonic() - clock.started_at, 4),
         phase_from=phase_from, phase_to=phase_to, at=round(time.time(), 3))
     path = _log_path
     if path is not None:

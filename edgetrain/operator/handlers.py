@@ -42,7 +42,7 @@ from edgetrain.operator.informer import OwnWatch
 from edgetrain.operator.phases import job_finished, unix_seconds
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
-from edgetrain.operator.wake import Wakeups, job_key, sleep_or_wake
+from edgetrain.operator.wake import JobKey, Wakeups, job_key, sleep_or_wake
 
 SETTINGS: OperatorSettings = load_settings()
 WATCH_SERVER_TIMEOUT_S = 45
@@ -254,14 +254,20 @@ def present(namespace: str, name: str) -> bool:
     return job is not None and parts_complete(obj.get("data") or {}, job)
 
 
-def _on_own(kind: str, plural: str, obj: Obj, at: float) -> None:
-    """An event of the operator's own objects (in a watch thread): a Job that finished wakes its
-    job; a cache ConfigMap written wakes the jobs it completes a wait of."""
+def _ended(job: Obj | None) -> bool:
+    return job is not None and (job_finished(job)
+                                or bool(job["metadata"].get("deletionTimestamp")))
+
+
+def _on_own(kind: str, plural: str, obj: Obj, at: float, old: Obj | None) -> None:
+    """An event of the operator's own objects (in a watch thread): a Job that finished (or
+    went) wakes its job, once; a cache ConfigMap written wakes the jobs it completes a wait
+    of."""
     meta = obj["metadata"]
     ns = str(meta.get("namespace") or "")
     if plural == "jobs":
         owner = mf.controller_uid(obj)
-        if owner and (kind == "DELETED" or job_finished(obj) or meta.get("deletionTimestamp")):
+        if owner and (kind == "DELETED" or _ended(obj)) and not _ended(old):
             WAKEUPS.job_changed((ns, owner), "job", at)
     elif plural == "cache" and kind != "DELETED":
         WAKEUPS.configmap_changed(ns, str(meta["name"]), present, at)
@@ -351,10 +357,13 @@ def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: 
         return status.model_copy(update={"pending_events": ev.ledger(
             held, new, events.posted(uid))})
 
-    def write(status: PowerAwareTrainingJobStatus, guard: str | None) -> bool:
+    def write(status: PowerAwareTrainingJobStatus, guard: str | None,
+              entries: bool = False) -> bool:
         nonlocal stored, version
         new = status.wire()
         changed = merge_diff(stored, new)
+        if list(changed) == ["pendingEvents"] and not entries:
+            return True  # only posted entries to drop: they go with the next write
         if changed:
             written = write_status(rec.kube, ns, name, changed, guard)
             if written is None:
@@ -371,7 +380,7 @@ def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: 
 
     def store(status: PowerAwareTrainingJobStatus, keyed: list[Any]) -> bool:
         entries = ev.pending(keyed)
-        if not write(with_ledger(status, entries), None):
+        if not write(with_ledger(status, entries), None, bool(entries)):
             return False
         events.submit(_job_meta(ns, name, uid), entries)  # after the write that implies them
         return True
@@ -483,29 +492,30 @@ def _final(body: kopf.Body) -> bool:
 
 # --- the job's loop: created, resumed, woken, polled -----------------------------------------
 
+# job → the newest body kopf delivered (the loop reconciles from it); job → its loop's task
+_bodies: dict[JobKey, kopf.Body] = {}
+_loops: dict[JobKey, asyncio.Task[None]] = {}
 
-@kopf.daemon(
-    GROUP, VERSION, PLURAL, id="poll", cancellation_backoff=1.0, cancellation_timeout=1.0,
-    when=lambda body, **_: not _final(body),
-)
-async def poll(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
-    """A job's loop, from the moment kopf sees it (created, or found at start-up) until it is
-    final: a reconcile at once, then one whenever an input it waits for lands (`wake.py`),
-    else every poll interval (what no watch reports: pods, nodes, deadlines). Reconciles run
-    on their own pool (`RECONCILES`). The body is kopf's live view."""
-    job = job_key(body.metadata)
+
+async def _job_loop(job: JobKey, kwargs: dict[str, Any]) -> None:
+    """A job's loop, from the moment kopf first delivers it (created, or found at start-up)
+    until it is final or deleted: a reconcile at once, then one whenever an input it waits for
+    lands (`wake.py`), else every poll interval (what no watch reports: pods, nodes,
+    deadlines). Reconciles run on their own pool (`RECONCILES`). A plain task, not a kopf
+    daemon: a daemon needs a finalizer on every job (two PATCHes, and their events, per job)."""
     wake = WAKEUPS.register(job)
     loop = asyncio.get_running_loop()
     woke: tuple[float, str] | None = (time.monotonic(), "start")
     try:
-        while not stopped and not _final(body):
+        while True:
             if woke is None:
                 timed_out = not await sleep_or_wake(wake, SETTINGS.poll_interval_s)
                 woke = WAKEUPS.take(job)
                 if woke is None or timed_out:
                     woke = woke or (time.monotonic(), "poll")
-                if stopped or _final(body):
-                    break
+            body = _bodies.get(job)
+            if body is None or _final(body):
+                break
             # kopf.event() reads kopf's context variables: the thread runs in this task's copy.
             context = contextvars.copy_context()
             await loop.run_in_executor(
@@ -513,6 +523,15 @@ async def poll(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> N
             woke = None
     finally:
         WAKEUPS.unregister(job)
+        if _loops.get(job) is asyncio.current_task():
+            del _loops[job]
+
+
+@kopf.on.cleanup()
+async def stop_job_loops(**_: Any) -> None:
+    """Stop the jobs' loops with the operator."""
+    for task in list(_loops.values()):
+        task.cancel()
 
 
 def _run_logged(body: kopf.Body, kwargs: dict[str, Any], woke: tuple[float, str]) -> None:
@@ -531,22 +550,29 @@ FINAL_LEDGER_S = 3600.0
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
-async def on_event(type: str, body: kopf.Body, **_: Any) -> None:
-    """A deleted or finished job needs no memory any more: release it (an operator watching a
-    fleet for months must not grow with every job it ever saw). A changed spec (a new
-    generation not yet observed: the power limit) wakes the job's loop at once."""
+async def on_event(type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """Every event of a job: the first starts its loop (`_job_loop`), each keeps the body the
+    loop reconciles from, a changed spec (a new generation not yet observed: the power limit)
+    wakes it at once. A deleted or finished job needs no memory any more: release it (an
+    operator watching a fleet for months must not grow with every job it ever saw)."""
     uid = str(body.metadata.uid)
+    job = job_key(body.metadata)
     if type == "DELETED" or _final(body):
         if type != "DELETED" and uid not in _seen and _first_final(uid):
             _post_final_ledger(body)
         forget(uid)
-        # Its poll loop may sleep for a whole interval: wake it so that it ends by itself.
-        WAKEUPS.job_changed(job_key(body.metadata), "final")
+        _bodies.pop(job, None)
+        # Its loop may sleep for a whole interval: wake it so that it ends by itself.
+        WAKEUPS.job_changed(job, "final")
+        return
+    _bodies[job] = body
+    if job not in _loops:
+        _loops[job] = asyncio.create_task(_job_loop(job, kwargs), name=f"job {job}")
         return
     status = body.get("status") or {}
     generation = body.metadata.get("generation")
     if generation is not None and status.get("observedGeneration") not in (None, generation):
-        WAKEUPS.job_changed(job_key(body.metadata), "spec")
+        WAKEUPS.job_changed(job, "spec")
 
 
 # Final jobs this process has seen (uid → when), so that each one's ledger is looked at once;

@@ -37,8 +37,8 @@ FAILED_CREATE = "reason=FailedCreate"
 Key = tuple[str, str]  # (namespace, name)
 # An index maps an object to the values it is found under (none: not indexed).
 Indexer = Callable[[Obj], Iterable[Hashable]]
-# (kind of event, the object, monotonic time the watch delivered it)
-Hook = Callable[[str, Obj, float], None]
+# (kind of event, the object, monotonic time the watch delivered it, the object before)
+Hook = Callable[[str, Obj, float, Obj | None], None]
 
 
 def _key(obj: Obj) -> Key:
@@ -54,6 +54,33 @@ def _slim(obj: Obj) -> Obj:
     return obj
 
 
+def _slim_pod(obj: Obj) -> Obj:
+    """A pod as decisions read it: metadata and status (its spec only says where it runs)."""
+    obj = _slim(obj)
+    node = (obj.get("spec") or {}).get("nodeName")
+    return {**{k: v for k, v in obj.items() if k != "spec"},
+            "spec": {"nodeName": node} if node else {}}
+
+
+def _slim_job(obj: Obj) -> Obj:
+    """A Job as decisions read it: metadata, status, its completions and the node it is pinned
+    to (the pod template is the operator's own, and read by no decision)."""
+    obj = _slim(obj)
+    spec = obj.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    kept: Obj = {k: spec[k] for k in ("completions", "parallelism", "completionMode")
+                 if k in spec}
+    if pod.get("nodeSelector"):
+        kept["template"] = {"spec": {"nodeSelector": pod["nodeSelector"]}}
+    return {**{k: v for k, v in obj.items() if k != "spec"}, "spec": kept}
+
+
+def _slim_workload(obj: Obj) -> Obj:
+    """A DaemonSet as decisions read it: metadata and status."""
+    obj = _slim(obj)
+    return {k: v for k, v in obj.items() if k != "spec"}
+
+
 def _controller(obj: Obj) -> list[Hashable]:
     uid = mf.controller_uid(obj)
     return [uid] if uid else []
@@ -63,17 +90,20 @@ class Informer:
     """The objects at `path` (one namespace or all) matching `selector` (labels) and
     `field_selector`: listed, then watched from the list's resourceVersion; an expired one (410)
     or an error lists again. Thread-safe. Secondary `indexers` (plus `controller`, by the
-    controller ownerReference's uid) are kept current with every event. `on_event(kind, obj,
-    at)` runs in the watch thread after the store took the event."""
+    controller ownerReference's uid) are kept current with every event, on the object as
+    `slim` keeps it. `on_event(kind, obj, at, old)` runs in the watch thread after the store
+    took the event (`old`: what it held before)."""
 
     def __init__(self, kube: KubeClient, path: str, selector: str = "",
                  on_event: Hook | None = None, *, field_selector: str = "",
-                 indexers: Mapping[str, Indexer] | None = None) -> None:
+                 indexers: Mapping[str, Indexer] | None = None,
+                 slim: Callable[[Obj], Obj] = _slim) -> None:
         self.kube = kube
         self.path = path
         self.selector = selector
         self.field_selector = field_selector
         self.on_event = on_event
+        self.slim = slim
         self.indexers: dict[str, Indexer] = {"controller": _controller, **(indexers or {})}
         self._lock = threading.Lock()
         self._objs: dict[Key, Obj] = {}
@@ -145,7 +175,7 @@ class Informer:
 
     def replace(self, objs: Iterable[Obj]) -> None:
         """A whole list: the store becomes exactly these objects."""
-        fresh = {_key(o): _slim(o) for o in objs}
+        fresh = {_key(o): self.slim(o) for o in objs}
         values = {key: self._values(obj) for key, obj in fresh.items()}
         with self._lock:
             self._objs = fresh
@@ -159,9 +189,10 @@ class Informer:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         at = time.monotonic()
         key = _key(obj)
-        slim = _slim(obj)
+        slim = self.slim(obj)
         values = self._values(slim) if kind != "DELETED" else {}
         with self._lock:
+            old = self._objs.get(key)
             if kind == "DELETED":
                 self._objs.pop(key, None)
                 self._unindex(key)
@@ -170,7 +201,7 @@ class Informer:
                 self._reindex(key, values)
         if self.on_event is not None:
             try:
-                self.on_event(kind, slim, at)
+                self.on_event(kind, slim, at, old)
             except Exception:  # a wake-up is an optimisation: never end the watch over it
                 log.exception("watch of %s: event handler failed", self.path)
 
@@ -304,6 +335,8 @@ class OwnWatch:
         "progress": ("v1", "configmaps", TRAIN_SELECTOR, ""),
         "events": ("v1", "events", "", FAILED_CREATE),
     }
+    SLIM: ClassVar[dict[str, Callable[[Obj], Obj]]] = {
+        "jobs": _slim_job, "daemonsets": _slim_workload, "pods": _slim_pod}
     INDEXERS: ClassVar[dict[str, dict[str, Indexer]]] = {
         "jobs": {"estimator": _estimator, "training": _training_node},
         "daemonsets": {"profiler": _profiler},
@@ -312,7 +345,8 @@ class OwnWatch:
     }
 
     def __init__(self, kube: KubeClient, namespaces: Iterable[str] = (),
-                 on_event: Callable[[str, str, Obj, float], None] | None = None) -> None:
+                 on_event: Callable[[str, str, Obj, float, Obj | None], None] | None = None,
+                 ) -> None:
         self.on_event = on_event
         self._informers: dict[str, dict[str | None, Informer]] = {}
         spaces: list[str | None] = list(namespaces) or [None]
@@ -320,7 +354,8 @@ class OwnWatch:
             self._informers[kind] = {
                 ns: Informer(kube, api_path(api_version, resource, ns), labels,
                              self._hook(kind), field_selector=fields,
-                             indexers=self.INDEXERS.get(kind))
+                             indexers=self.INDEXERS.get(kind),
+                             slim=self.SLIM.get(kind, _slim))
                 for ns in spaces}
         self.cache = IndexView(lambda: self._all("cache"), "name",
                                lambda o: dict(o.get("data") or {}))
@@ -336,8 +371,8 @@ class OwnWatch:
             return None
         report = self.on_event
 
-        def hook(event: str, obj: Obj, at: float) -> None:
-            report(event, kind, obj, at)
+        def hook(event: str, obj: Obj, at: float, old: Obj | None) -> None:
+            report(event, kind, obj, at, old)
         return hook
 
     def _all(self, kind: str) -> list[Informer]:

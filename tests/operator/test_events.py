@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from edgetrain.api.efficiency import EfficiencyPart
-from edgetrain.api.job_status import Phase, PendingEvent, PowerAwareTrainingJobStatus
+from edgetrain.api.job_status import PendingEvent, Phase, PowerAwareTrainingJobStatus
 from edgetrain.kube import KubeClient, Obj, now_rfc3339
 from edgetrain.operator import decide as dc
 from edgetrain.operator import events as ev

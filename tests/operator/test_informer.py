@@ -39,7 +39,7 @@ def _labelled(obj: dict[str, Any], **labels: str) -> dict[str, Any]:
 def test_the_own_view_checks_the_owner_and_reports_a_finished_job() -> None:
     seen: list[tuple[str, str, str]] = []
     watch = OwnWatch(KubeClient.__new__(KubeClient), ["ns"],
-                     on_event=lambda kind, plural, obj, at: seen.append(
+                     on_event=lambda kind, plural, obj, at, old: seen.append(
                          (kind, plural, obj["metadata"]["name"])))
     jobs = watch.informer("jobs", "ns")
     assert jobs is not None and watch.informer("jobs", "other-ns") is None
