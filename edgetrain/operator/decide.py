@@ -363,7 +363,8 @@ class _Step:
             # No parts ConfigMap first: the pods' applies make it (one request per part).
             self.act(Create("batch/v1", "jobs", body))
             status.attempts.next_retry_at = None
-            status.message = f"estimating in job {job_name}"
+            # As the waits that follow say it while no run is done: a poll then writes nothing.
+            status.message = f"estimating in job {job_name}: 0 of {runs} runs done"
             return
         pods = self.pods_of_job(job_name)
         outcome = ph.job_outcome(job, pods)

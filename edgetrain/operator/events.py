@@ -50,19 +50,39 @@ def _transient(exc: KubeApiError) -> bool:
     return exc.code in (0, 429) or exc.code >= 500
 
 
-class EventPoster:
-    """Posts each job's keyed Events in order on a few threads; remembers, per job uid, the
-    keys that exist (posted here, or refused with 409)."""
+# Events wait this long before they are posted: a burst of decisions (a hundred jobs created
+# at once) sends its decisive writes first, and the Events follow in batches, not in between.
+BATCH_S = 0.5
 
-    def __init__(self, kube: KubeClient, workers: int = 4, retry_for_s: float = RETRY_FOR_S
-                 ) -> None:
+
+class EventPoster:
+    """Posts each job's keyed Events in order, `BATCH_S` after they were submitted, on a few
+    threads; remembers, per job uid, the keys that exist (posted here, or refused with 409)."""
+
+    def __init__(self, kube: KubeClient, workers: int = 2, retry_for_s: float = RETRY_FOR_S,
+                 batch_s: float = BATCH_S) -> None:
         self.kube = kube
         self.retry_for_s = retry_for_s
+        self.batch_s = batch_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="events")
         self._lock = threading.Lock()
         self._posted: dict[str, set[str]] = {}  # job uid → keys that exist
         # job uid → Events waiting, in order; a job's queue is drained by one thread at a time
         self._queues: dict[str, deque[tuple[Obj, PendingEvent]]] = {}
+        self._due: deque[tuple[float, str]] = deque()  # (when, job uid) to drain, in order
+        self._wake = threading.Condition(self._lock)
+        self._timer = threading.Thread(target=self._dispatch, name="events-batch", daemon=True)
+        self._timer.start()
+
+    def _dispatch(self) -> None:
+        """Hand each job's queue to the pool once its batch is due."""
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._wake.wait(None if not self._due
+                                    else max(0.0, self._due[0][0] - time.monotonic()))
+                _, uid = self._due.popleft()
+            self._pool.submit(self._drain, uid)
 
     def posted(self, uid: str) -> set[str]:
         """The keys of the job's Events known to exist."""
@@ -83,11 +103,12 @@ class EventPoster:
             return
         with self._lock:
             queue = self._queues.get(uid)
-            if queue is not None:  # being drained: these follow in order
+            if queue is not None:  # waiting or being drained: these follow in order
                 queue.extend((job, e) for e in todo)
                 return
             self._queues[uid] = deque((job, e) for e in todo)
-        self._pool.submit(self._drain, uid)
+            self._due.append((time.monotonic() + self.batch_s, uid))
+            self._wake.notify()
 
     def _drain(self, uid: str) -> None:
         while True:
@@ -125,6 +146,7 @@ class EventPoster:
         with self._lock:
             self._posted.setdefault(uid, set()).add(event.key)
 
-    def close(self) -> None:
-        """Finish what was submitted."""
-        self._pool.shutdown(wait=True)
+    def idle(self) -> bool:
+        """Nothing is waiting to be posted (tests)."""
+        with self._lock:
+            return not self._queues

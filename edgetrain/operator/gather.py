@@ -158,6 +158,7 @@ class Gatherer:
         self._fleet_lock = threading.Lock()
         self._fleet: tuple[object, float, tuple[NodeInfo, ...]] = (None, 0.0, ())
         self._servers_read: tuple[float, tuple[NodeInfo, ...]] | None = None
+        self._servers_lock = threading.Lock()
 
     def world(self, patj: Obj, status: PowerAwareTrainingJobStatus,
               spec: PowerAwareTrainingJobSpec | str, indexes: Indexes,
@@ -342,25 +343,28 @@ class Gatherer:
         """The GPU servers (serverSelector), read when an estimate is about to start, once per
         `SERVERS_SNAPSHOT_S`: not a watch, since they change rarely and only an estimate's start
         looks at them."""
-        now = time.monotonic()
-        with self._fleet_lock:
+        with self._servers_lock:  # one read for a burst of starts, the others wait for it
+            now = time.monotonic()
             read = self._servers_read
-        if read is not None and now - read[0] <= SERVERS_SNAPSHOT_S:
-            return read[1]
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.server_selector.items()))
-        items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
-        servers = tuple(NodeInfo.of(n) for n in items)
-        with self._fleet_lock:
+            if read is not None and now - read[0] <= SERVERS_SNAPSHOT_S:
+                return read[1]
+            selector = ",".join(f"{k}={v}"
+                                for k, v in sorted(self.settings.server_selector.items()))
+            items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
+            servers = tuple(NodeInfo.of(n) for n in items)
             self._servers_read = (now, servers)
-        return servers
+            return servers
 
     def _worker_identity(self, ns: str) -> bool:
         """`ns` has the worker ServiceAccount (remembered once seen, for this operator run)."""
-        if ns not in self._identities:
-            sa = self.settings.worker_service_account
-            if self.kube.get_or_none(api_path("v1", "serviceaccounts", ns, sa)) is None:
-                return False
-            self._identities.add(ns)
+        if ns in self._identities:
+            return True
+        with self._servers_lock:  # a burst of new jobs in one namespace reads it once
+            if ns not in self._identities:
+                sa = self.settings.worker_service_account
+                if self.kube.get_or_none(api_path("v1", "serviceaccounts", ns, sa)) is None:
+                    return False
+                self._identities.add(ns)
         return True
 
     def _cache(self, indexes: Indexes, ns: str, names: list[str],
