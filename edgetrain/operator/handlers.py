@@ -95,12 +95,15 @@ def reconciler() -> Reconciler:
         return _reconciler
 
 
-def poster() -> EventPoster:
-    """One Event poster per operator process, on the reconciles' client."""
+def poster(kube: KubeClient | None = None) -> EventPoster:
+    """One Event poster per operator process, on the reconciles' client (or `kube`, the
+    first time: a test's reconciler)."""
     global _poster
-    kube = reconciler().kube  # before the lock: reconciler() takes it too
+    if _poster is None and kube is None:
+        kube = reconciler().kube  # before the lock: reconciler() takes it too
     with _lock:
         if _poster is None:
+            assert kube is not None
             _poster = EventPoster(kube)
         return _poster
 
@@ -205,6 +208,7 @@ def watch_own(**_: Any) -> None:
     from then on; their events wake the jobs (`_on_own`)."""
     global OWN
     OWN = OwnWatch(KubeClient.connect(), SETTINGS.namespaces, on_event=_on_own).start()
+    reconciler().cached = OWN.cached
     if not OWN.listed(OWN_LIST_TIMEOUT_S):
         log.warning("the operator's objects not listed within %.0f s; jobs read them by name",
                     OWN_LIST_TIMEOUT_S)
@@ -345,7 +349,7 @@ def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: 
         obj = {**obj, "status": memo[1]}
     before = _ours(obj.get("status") or {})
     stored, version = before, str(obj["metadata"].get("resourceVersion") or "")
-    events = poster()
+    events = poster(rec.kube)
     if uid not in _seen:
         # First sight in this process: post what the stored ledger holds (409 where it was).
         _seen.add(uid)

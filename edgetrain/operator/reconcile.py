@@ -22,7 +22,7 @@ keyed Event (`world.PostEvent`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -131,6 +131,9 @@ class Reconciler(Gatherer):
 
     def __init__(self, client: KubeClient, settings: OperatorSettings) -> None:
         super().__init__(client, settings)
+        # A cache ConfigMap's data as the watches show it (None: not shown), where they run:
+        # one they show is not created again (the history's, made once by the first job).
+        self.cached: Callable[[str, str], Mapping[str, str] | None] | None = None
         self._parallel = ThreadPoolExecutor(max_workers=4, thread_name_prefix="first-writes")
 
     # --- deciding ---
@@ -231,6 +234,9 @@ class Reconciler(Gatherer):
                 if action.plural in _WORKLOADS:
                     decisions.decisive()
                 ns = action.body["metadata"].get("namespace")
+                if action.plural == "configmaps" and self.cached is not None and \
+                        self.cached(str(ns), str(action.body["metadata"]["name"])) is not None:
+                    continue  # a cache entry the watch shows: its create would only be a 409
                 try:
                     made = self.kube.create(api_path(action.api_version, action.plural, ns),
                                             action.body)
