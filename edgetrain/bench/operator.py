@@ -726,7 +726,8 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             operator.stop(grace_s=10.0)
         requests = read_audit(audit_log_path(root), start_epoch, end_epoch)
         op_errors = operator_log_errors(root / "logs" / "operator.log")
-        figures = (operator_figures(decision_log, start_epoch, end_epoch)
+        seen = {n: t.seen for n, t in tracker.jobs.items() if t.seen is not None}
+        figures = (operator_figures(decision_log, start_epoch, end_epoch, seen)
                    if decision_log.is_file() else None)
         health = _Health(lapsed=leases.lapsed(health_from, end_epoch),
                          not_ready=not_ready.within(health_from, end_epoch),

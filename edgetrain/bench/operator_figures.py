@@ -46,10 +46,15 @@ class OperatorFigures(BaseModel):
     cpu_s: Spread  # thread CPU of each decision's reconcile
     by_cause: dict[str, Spread]  # decision_s per wake-up cause (start, configmap, job, …)
     idle_requests: int  # requests of the reconciles that decided nothing
+    # The bench's watch saw a job created → the operator's loop for it woke (both monotonic
+    # clocks of this host): how long kopf took to hand the operator the new job.
+    start_delivery_s: Spread | None = None
 
 
-def operator_figures(path: Path, start_epoch: float, end_epoch: float) -> OperatorFigures:
-    """Summarise the decision log's records that ended within [start, end] (unix s)."""
+def operator_figures(path: Path, start_epoch: float, end_epoch: float,
+                     seen: dict[str, float] | None = None) -> OperatorFigures:
+    """Summarise the decision log's records that ended within [start, end] (unix s); `seen`:
+    job name → when the bench's watch saw it created (time.monotonic)."""
     records: list[dict[str, Any]] = [r for r in read_log(path)
                                      if start_epoch <= float(r.get("at") or 0) <= end_epoch]
     decided = [r for r in records if r.get("decision_s") is not None]
@@ -67,5 +72,9 @@ def operator_figures(path: Path, start_epoch: float, end_epoch: float) -> Operat
         by_cause={k: spread(v) for k, v in sorted(causes.items())},
         idle_requests=sum(int(r.get("requests") or 0) for r in records
                           if r.get("decision_s") is None),
+        start_delivery_s=None if seen is None else spread([
+            float(r["woke_mono"]) - seen[name] for r in records
+            if r.get("cause") == "start" and r.get("woke_mono")
+            and (name := str(r.get("job", "")).rpartition("/")[2]) in seen]),
     )
 

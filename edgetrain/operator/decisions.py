@@ -47,6 +47,10 @@ class Record:
     phase_from: str = ""
     phase_to: str = ""
     at: float = 0.0  # unix seconds at the end
+    # time.monotonic() (system-wide on Linux: comparable with another process's on the host)
+    # when the event that woke it arrived and when its decisive write was sent
+    woke_mono: float = 0.0
+    decided_mono: float | None = None
 
 
 @dataclass
@@ -121,7 +125,9 @@ def end(phase_from: str = "", phase_to: str = "") -> Record | None:
         serial_requests=clock.serial, requests=clock.requests,
         cpu_s=round(time.thread_time() - clock.cpu_at, 5),
         wall_s=round(time.monotonic() - clock.started_at, 4),
-        phase_from=phase_from, phase_to=phase_to, at=round(time.time(), 3))
+        phase_from=phase_from, phase_to=phase_to, at=round(time.time(), 3),
+        woke_mono=round(clock.woke_at, 4),
+        decided_mono=None if clock.decided_at is None else round(clock.decided_at, 4))
     path = _log_path
     if path is not None:
         line = json.dumps(asdict(record), separators=(",", ":"))
