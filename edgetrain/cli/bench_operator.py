@@ -61,9 +61,11 @@ def bench_operator(
         float, typer.Option(min=1, help="Give up on unfinished jobs after this many seconds.")
     ] = 1800.0,
     idle_window: Annotated[
-        float, typer.Option(min=0, help="Seconds the idle fleet's control plane is sampled"
-                            " before the first job: the baseline (0: none).")
-    ] = 15.0,
+        float, typer.Option(help="Seconds the idle fleet's control plane is sampled"
+                            " before the first job: the baseline (0: none; default one Lease"
+                            " renewal period, a quarter of --lease-duration, so that every"
+                            " node's renewal is in it).")
+    ] = -1.0,
     apiserver_profile: Annotated[
         float, typer.Option(min=0, help="Take the API server's CPU profile over this many"
                             " seconds from the first job, into kube-apiserver-cpu.pprof in"
@@ -114,7 +116,8 @@ def bench_operator(
             jobs=jobs, nodes=nodes, boards=names, servers=servers, server_gpus=server_gpus,
             seeds=seeds,
             power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
-            deadline_s=deadline, poll_interval_s=poll_interval, idle_window_s=idle_window,
+            deadline_s=deadline, poll_interval_s=poll_interval,
+            idle_window_s=lease_duration / 4 if idle_window < 0 else idle_window,
             apiserver_profile_s=apiserver_profile, lease_duration_s=lease_duration,
             lease_parallelism=lease_parallelism,
             operator_src=None if operator_src is None else str(operator_src.resolve()))
