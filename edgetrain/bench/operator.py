@@ -672,8 +672,10 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         env = {**os.environ, "EDGETRAIN_OPERATOR_DECISION_LOG": str(decision_log)}
         if config.operator_src is not None:
             env["PYTHONPATH"] = config.operator_src
+        # `python -m` puts its working folder first on sys.path: run it from the source tree.
+        src = Path(config.operator_src) if config.operator_src is not None else None
         operator = ManagedProcess("operator", argv, root / "logs" / "operator.log",
-                                  env=env).start()
+                                  env=env, cwd=src).start()
         tracker = Tracker(names, runs=len(BATCH_SIZES) * config.seeds)
         watches = _Watches(kube)
         leases = LeaseLapses()
