@@ -71,6 +71,9 @@ OWN: OwnWatch | None = None
 # wake-ups must not queue behind kopf's 8 handler threads, which the budget loops use).
 RECONCILES = concurrent.futures.ThreadPoolExecutor(
     max_workers=SETTINGS.reconcile_workers, thread_name_prefix="reconcile")
+# Where a reconcile's creates after its record go (reconcile.py): as many as reconciles.
+FOLLOWUPS = concurrent.futures.ThreadPoolExecutor(
+    max_workers=SETTINGS.reconcile_workers, thread_name_prefix="followup")
 # kopf's own pool for sync handlers (set at startup): the budget loops run there.
 _executor: concurrent.futures.Executor | None = None
 if SETTINGS.decision_log:
@@ -90,8 +93,9 @@ def reconciler() -> Reconciler:
             cfg = load_configuration()
             # A connection per reconcile thread, the deleters and the Event posters: a pool
             # smaller than the threads opens (and TLS-handshakes) a connection per request.
-            cfg.connection_pool_maxsize = SETTINGS.reconcile_workers + 16
+            cfg.connection_pool_maxsize = 2 * SETTINGS.reconcile_workers + 16
             _reconciler = Reconciler(CountingClient(cfg), SETTINGS)
+            _reconciler.followups = FOLLOWUPS
         return _reconciler
 
 
@@ -326,9 +330,13 @@ def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) 
     meta = obj["metadata"]
     ns, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
     with _job_lock(uid):
+        _await_followup(uid)
         for _ in range(CONFLICT_RETRIES):
             try:
-                return _reconcile_once(rec, obj, indexes, ns, name, uid)
+                step = _reconcile_once(rec, obj, indexes, ns, name, uid)
+                if step.followup is not None:
+                    _followup(uid, ns, step.followup)
+                return step
             except Conflict:
                 fresh = rec.kube.get_or_none(api_path(API_VERSION, PLURAL, ns, name))
                 if fresh is None:
@@ -336,6 +344,34 @@ def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) 
                 obj = fresh
         log.info("%s/%s: the job kept changing under its reconcile; next tick", ns, name)
         return Step(parse_status(obj.get("status")))
+
+
+# uid → the writes after a job's last record, still being sent (`Reconciler.followups`)
+_followups: dict[str, concurrent.futures.Future[None]] = {}
+
+
+def _followup(uid: str, ns: str, future: concurrent.futures.Future[None]) -> None:
+    """Keep the job's follow-up writes until its next reconcile; one that fails is logged and
+    wakes the job (it decides again: what was not made is made)."""
+    with _lock:
+        _followups[uid] = future
+
+    def done(f: concurrent.futures.Future[None]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            log.warning("%s (uid %s): writes after the status failed: %s; deciding again", ns,
+                        uid, fit_string(str(exc), 500))
+            WAKEUPS.job_changed((ns, uid), "retry")
+
+    future.add_done_callback(done)
+
+
+def _await_followup(uid: str) -> None:
+    """Wait until the job's last follow-up writes are sent (its world then shows them)."""
+    with _lock:
+        future = _followups.pop(uid, None)
+    if future is not None:
+        concurrent.futures.wait([future])
 
 
 def _job_meta(ns: str, name: str, uid: str) -> Obj:
@@ -450,6 +486,7 @@ def forget(uid: str) -> None:
             _finals.setdefault(uid, time.monotonic())
         _written.pop(uid, None)
         _job_locks.pop(uid, None)
+        _followups.pop(uid, None)
         _seen.discard(uid)
         poster_ = _poster
     if poster_ is not None:

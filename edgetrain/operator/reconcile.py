@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
@@ -63,6 +63,9 @@ class Step:
     conflict: bool = False
     decisions: list[wd.Decision] = field(default_factory=list)
     before: PowerAwareTrainingJobStatus | None = None
+    # The writes that follow the record, still being sent by `Reconciler.followups` (None:
+    # done in the reconcile's own thread); the job's next reconcile waits for them.
+    followup: Future[None] | None = None
 
     @property
     def keyed(self) -> list[wd.PostEvent]:
@@ -134,6 +137,8 @@ class Reconciler(Gatherer):
         # A cache ConfigMap's data as the watches show it (None: not shown), where they run:
         # one they show is not created again (the history's, made once by the first job).
         self.cached: Callable[[str, str], Mapping[str, str] | None] | None = None
+        # Where the writes after a record go (None: the reconcile's thread sends them).
+        self.followups: Executor | None = None
         self._parallel = ThreadPoolExecutor(max_workers=4, thread_name_prefix="first-writes")
 
     # --- deciding ---
@@ -214,7 +219,13 @@ class Reconciler(Gatherer):
             decisions.decisive()
         if not store(step.status, step.keyed):
             return  # not recorded: its creates wait for a reconcile that records them first
-        self.execute(rest, patj)
+        if rest and self.followups is not None and step.phase_changed:
+            # The record moved the phase: the decision is made, and its creates need not hold
+            # a reconcile thread that the next job's decision is waiting for (a burst of
+            # wake-ups). Where the phase stays, the create is the decision: sent here.
+            step.followup = self.followups.submit(self.execute, rest, patj)
+        else:
+            self.execute(rest, patj)
 
     def _try(self, action: wd.Action) -> Exception | None:
         try:
