@@ -59,7 +59,7 @@ class EventPoster:
     """Posts each job's keyed Events in order, `BATCH_S` after they were submitted, on a few
     threads; remembers, per job uid, the keys that exist (posted here, or refused with 409)."""
 
-    def __init__(self, kube: KubeClient, workers: int = 2, retry_for_s: float = RETRY_FOR_S,
+    def __init__(self, kube: KubeClient, workers: int = 4, retry_for_s: float = RETRY_FOR_S,
                  batch_s: float = BATCH_S) -> None:
         self.kube = kube
         self.retry_for_s = retry_for_s
