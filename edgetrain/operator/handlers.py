@@ -52,11 +52,13 @@ log = logging.getLogger("edgetrain.operator")
 _lock = threading.Lock()
 _reconciler: Reconciler | None = None
 _poster: EventPoster | None = None
-# uid → (the status a reconcile started from, the status the API server accepted). A poll can
-# fire on a body that does not show our last status patch yet; reconciling that stale body again
-# would repeat transitions, so a body still showing the old status is read as showing the new
-# one. Recorded only after the write succeeded; released when the job is final or deleted.
-_written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+# uid → (the statuses our last writes replaced, the status the API server last accepted). A
+# reconcile can start from a body that does not show our last status patches yet (kopf delivers
+# them a moment later); reconciling that stale body again would repeat transitions and write
+# over newer fields, so a body still showing one of the replaced statuses is read as showing
+# the newest. Recorded only after a write succeeded; released when the job is final or deleted.
+_written: dict[str, tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = {}
+MEMO_DEPTH = 8  # replaced statuses remembered per job
 # One reconcile per job at a time (a wake-up may come while one runs).
 _job_locks: dict[str, threading.Lock] = {}
 # Jobs this process has reconciled: the first reconcile of one posts what its stored ledger
@@ -331,6 +333,10 @@ def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) 
     ns, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
     with _job_lock(uid):
         _await_followup(uid)
+        with _lock:
+            ended = uid in _finals
+        if ended:  # seen final here: a reconcile from an older body must not act again
+            return Step(parse_status(obj.get("status")))
         for _ in range(CONFLICT_RETRIES):
             try:
                 step = _reconcile_once(rec, obj, indexes, ns, name, uid)
@@ -374,6 +380,14 @@ def _await_followup(uid: str) -> None:
         concurrent.futures.wait([future])
 
 
+def _remember(uid: str, replaced: dict[str, Any], new: dict[str, Any]) -> None:
+    """A status write was accepted: `new` replaced `replaced` (and what was remembered)."""
+    with _lock:
+        prev = _written.get(uid)
+        older = () if prev is None else (*prev[0], prev[1])
+        _written[uid] = ((*older, replaced)[-MEMO_DEPTH:], new)
+
+
 def _job_meta(ns: str, name: str, uid: str) -> Obj:
     return {"metadata": {"name": name, "namespace": ns, "uid": uid}}
 
@@ -381,7 +395,7 @@ def _job_meta(ns: str, name: str, uid: str) -> Obj:
 def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: str, name: str,
                     uid: str) -> Step:
     memo = _written.get(uid)
-    if memo is not None and _ours(obj.get("status") or {}) == memo[0]:
+    if memo is not None and _ours(obj.get("status") or {}) in memo[0]:
         obj = {**obj, "status": memo[1]}
     before = _ours(obj.get("status") or {})
     stored, version = before, str(obj["metadata"].get("resourceVersion") or "")
@@ -408,8 +422,8 @@ def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: 
             written = write_status(rec.kube, ns, name, changed, guard)
             if written is None:
                 return False
+            _remember(uid, stored, new)
             stored, version = new, written
-            _written[uid] = (before, new)
         return True
 
     def commit(status: PowerAwareTrainingJobStatus) -> bool:
