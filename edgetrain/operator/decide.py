@@ -751,9 +751,10 @@ class _Step:
         share = self.status.power_share
         seen = share is not None and self.world.node(share.node) is not None
         if share is None or (seen and self.budget_of(share.node) != share.budget):
-            self.go(Phase.selecting if share is None or share.purpose == "train"
-                    else Phase.profiling, "BudgetChanged",
-                    "the node's PowerBudget changed; planning")
+            back = Phase.selecting if share is None or share.purpose == "train" \
+                else Phase.profiling
+            self.status.power_share = None  # the node is under no budget (or another) now
+            self.go(back, "BudgetChanged", "the node's PowerBudget changed; planning")
             return
         watts, reason = self.granted(share.budget, share.purpose)
         notice = self.notice(share.budget)
