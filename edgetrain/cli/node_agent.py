@@ -48,11 +48,20 @@ def node_agent_command(
         "--power-backend", help="auto (jtop if its socket is there), sysfs or jtop.")] = "auto",
     label_node: Annotated[bool, typer.Option(
         "--label-node/--no-label-node", help="Label/annotate the Node at start.")] = True,
+    device_tree: Annotated[Path | None, typer.Option(
+        "--device-tree", help="The host's devicetree directory (model, compatible), read "
+                              "before <root>/proc/device-tree (a container's /sys/firmware "
+                              "is masked; the chart mounts the host's).")] = None,
+    detect_only: Annotated[bool, typer.Option(
+        "--detect-only", help="Read the board, label the Node with its device model (where it "
+                              "is a Jetson edgetrain knows) and exit: the chart's detect "
+                              "step on every arm64 node.")] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:
     """Pin the GPU frequency for annotated pods, guard their power limit, export metrics."""
-    from edgetrain.kube import KubeClient, KubeconfigError
+    from edgetrain.kube import KubeApiError, KubeClient, KubeconfigError
     from edgetrain.node_agent.agent import AgentConfig, NodeAgent
+    from edgetrain.node_agent.detect import detect_and_label
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -64,13 +73,21 @@ def node_agent_command(
         node=node, state_file=state_file, sysfs_root=sysfs_root,
         metrics_address=metrics_address, metrics_port=metrics_port,
         guard_window_s=guard_window_s, sample_interval_s=sample_interval_s, tick_s=tick_s,
-        power_backend=power_backend, label_node=label_node,
+        power_backend=power_backend, label_node=label_node, device_tree=device_tree,
     )
     try:
         client = KubeClient.connect(kubeconfig, sa_dir=sa_dir)
     except KubeconfigError as exc:
         typer.echo(f"edgetrain node-agent: {exc}", err=True)
         raise typer.Exit(2) from None
+    if detect_only:
+        try:
+            detect_and_label(client, node, sysfs_root, device_tree)
+        except KubeApiError as exc:
+            typer.echo(f"edgetrain node-agent --detect-only: cannot label {node}: {exc}",
+                       err=True)
+            raise typer.Exit(1) from None
+        return
     agent = NodeAgent(config, client)
     try:
         agent.start()
