@@ -18,15 +18,17 @@ def node_agent_command(
     node_name: Annotated[str | None, typer.Option(
         "--node-name", envvar=["NODE_NAME", "EDGETRAIN_NODE_NAME"],
         help="This node (chart: spec.nodeName via the downward API).")] = None,
+    # readable=False on the paths a pod's mounts give (as `edgetrain worker`'s): click's check
+    # is access(2) with the real UID, which a non-root container may fail where it can read.
     sysfs_root: Annotated[Path | None, typer.Option(
-        "--sysfs-root", envvar=ENV_SYSFS_ROOT,
+        "--sysfs-root", envvar=ENV_SYSFS_ROOT, readable=False,
         help="Root holding sys/, proc/, etc/ ('/' on a Jetson; a twin's root otherwise).")
     ] = None,
     kubeconfig: Annotated[Path | None, typer.Option(
         "--kubeconfig", help="Kubeconfig (default: in-cluster ServiceAccount, then "
                              "$KUBECONFIG).")] = None,
     sa_dir: Annotated[Path | None, typer.Option(
-        "--sa-dir", help=f"ServiceAccount token/CA directory (default {SERVICE_ACCOUNT_DIR},"
+        "--sa-dir", readable=False, help=f"ServiceAccount token/CA directory (default {SERVICE_ACCOUNT_DIR},"
                          f" or ${ENV_SERVICE_ACCOUNT_DIR})."
     )] = None,
     state_file: Annotated[Path, typer.Option(
@@ -49,7 +51,7 @@ def node_agent_command(
     label_node: Annotated[bool, typer.Option(
         "--label-node/--no-label-node", help="Label/annotate the Node at start.")] = True,
     device_tree: Annotated[Path | None, typer.Option(
-        "--device-tree", help="The host's devicetree directory (model, compatible), read "
+        "--device-tree", readable=False, help="The host's devicetree directory (model, compatible), read "
                               "before <root>/proc/device-tree (a container's /sys/firmware "
                               "is masked; the chart mounts the host's).")] = None,
     detect_only: Annotated[bool, typer.Option(
