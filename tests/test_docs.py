@@ -71,9 +71,9 @@ def test_every_cli_verb_is_in_the_readmes_tables() -> None:
     missing = []
     for verb in _verbs():
         group, _, sub = verb.partition(" ")
-        found = any(f"`edgetrain {verb}" in row for row in rows) or bool(sub) and any(
+        found = any(f"`edgetrain {verb}" in row for row in rows) or (bool(sub) and any(
             f"`edgetrain {group} " in row and re.search(rf"[ /`]{re.escape(sub)}\b", row)
-            for row in rows)
+            for row in rows))
         if not found:
             missing.append(verb)
     assert not missing, f"README.md's tables lack: {', '.join(missing)}"

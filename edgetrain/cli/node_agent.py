@@ -28,8 +28,9 @@ def node_agent_command(
         "--kubeconfig", help="Kubeconfig (default: in-cluster ServiceAccount, then "
                              "$KUBECONFIG).")] = None,
     sa_dir: Annotated[Path | None, typer.Option(
-        "--sa-dir", readable=False, help=f"ServiceAccount token/CA directory (default {SERVICE_ACCOUNT_DIR},"
-                         f" or ${ENV_SERVICE_ACCOUNT_DIR})."
+        "--sa-dir", readable=False,
+        help=f"ServiceAccount token/CA directory (default {SERVICE_ACCOUNT_DIR}, or"
+             f" ${ENV_SERVICE_ACCOUNT_DIR})."
     )] = None,
     state_file: Annotated[Path, typer.Option(
         "--state-file", help="Where the held pin is persisted (hostPath in the chart).")
@@ -51,9 +52,10 @@ def node_agent_command(
     label_node: Annotated[bool, typer.Option(
         "--label-node/--no-label-node", help="Label/annotate the Node at start.")] = True,
     device_tree: Annotated[Path | None, typer.Option(
-        "--device-tree", readable=False, help="The host's devicetree directory (model, compatible), read "
-                              "before <root>/proc/device-tree (a container's /sys/firmware "
-                              "is masked; the chart mounts the host's).")] = None,
+        "--device-tree", readable=False,
+        help="The host's devicetree directory (model, compatible), read before "
+             "<root>/proc/device-tree (a container's /sys/firmware is masked; the chart "
+             "mounts the host's).")] = None,
     detect_only: Annotated[bool, typer.Option(
         "--detect-only", help="Read the board, label the Node with its device model (where it "
                               "is a Jetson edgetrain knows) and exit: the chart's detect "
