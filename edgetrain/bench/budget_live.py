@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from edgetrain.api.crd import PLURAL
 from edgetrain.api.job import API_VERSION
-from edgetrain.api.keys import ANNOTATION_POWER_LIMIT_WATTS
+from edgetrain.api.keys import ANNOTATION_POWER_LIMIT_WATTS, LABEL_PHASE
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 
 POWER_METRIC = "edgetrain_power_total_watts"
@@ -52,6 +52,7 @@ class AuthorisedWatch:
         self.kube, self.idle_w = kube, dict(idle_w)
         self._pods: dict[str, tuple[str, float | None]] = {}  # uid → (node, limit)
         self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, W, per node)
+        self.capped_sweeps: set[str] = set()  # profiling pods seen with a ceiling (uids)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="authorised-watch", daemon=True)
         self._lock = threading.Lock()
@@ -70,7 +71,10 @@ class AuthorisedWatch:
                 uid = pod["metadata"]["uid"]
                 node = (pod.get("spec") or {}).get("nodeName") or ""
                 ended = (pod.get("status") or {}).get("phase") in FINAL
+                labels = pod["metadata"].get("labels") or {}
                 with self._lock:
+                    if labels.get(LABEL_PHASE) == "profile" and pod_limit_w(pod) is not None:
+                        self.capped_sweeps.add(uid)
                     if kind == "DELETED" or ended or node not in self.idle_w:
                         self._pods.pop(uid, None)
                     else:
@@ -178,6 +182,8 @@ class LiveBudgetResult(BaseModel):
     max_measured_w: float | None = Field(description="highest sum of the agents' readings")
     seconds_over_cap_plus_1w: float = Field(description="time the agents' sum stayed over"
                                             " cap + 1 W, two readings in a row or more")
+    capped_sweeps: int = Field(0, description="profiling pods that ran under a grant's ceiling"
+                               " (seen by the pod watch)")
     wait_before_profile: Waits = Field(description="waiting for a profiling grant")
     wait_before_training: Waits = Field(description="waiting for a training grant")
     hog_rounds: list[int] = Field(default_factory=list)
@@ -298,6 +304,7 @@ def summarise(clocks: list[_JobClock], seconds: list[float], hogs: list[int],
         jobs_succeeded=sum(c.final == "Succeeded" for c in clocks), cap_w=cap_w,
         idle_w=round(sum(watch.idle_w.values()), 3), max_authorised_w=watch.max_w,
         authorised_over_cap=len(watch.over(cap_w)),
+        capped_sweeps=len(watch.capped_sweeps),
         max_measured_w=power.max_w if power is not None else None,
         seconds_over_cap_plus_1w=power.seconds_over(cap_w + 1.0) if power is not None else 0.0,
         wait_before_profile=_waits([c.profile_s for c in clocks if c.profiled]),
