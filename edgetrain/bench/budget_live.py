@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from pydantic import BaseModel, Field
@@ -44,26 +44,39 @@ def pod_limit_w(pod: Obj) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-class AuthorisedWatch:
-    """Per site node the highest limit among its pods that have not ended, else its idle
-    draw, summed after every pod event (see the module docstring)."""
+_T = TypeVar("_T", bound="InBackground")
 
-    def __init__(self, kube: KubeClient, idle_w: Mapping[str, float]) -> None:
-        self.kube, self.idle_w = kube, dict(idle_w)
-        self._pods: dict[str, tuple[str, float | None]] = {}  # uid → (node, limit)
-        self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, W, per node)
-        self.capped_sweeps: set[str] = set()  # profiling pods seen with a ceiling (uids)
+
+class InBackground:
+    """Runs `_run` in a daemon thread while the `with` block runs; `_stop` ends it."""
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="authorised-watch", daemon=True)
-        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> AuthorisedWatch:
+    def __enter__(self: _T) -> _T:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class AuthorisedWatch(InBackground):
+    """Per site node the highest limit among its pods that have not ended, else its idle
+    draw, summed after every pod event (see the module docstring)."""
+
+    def __init__(self, kube: KubeClient, idle_w: Mapping[str, float]) -> None:
+        super().__init__("authorised-watch")
+        self.kube, self.idle_w = kube, dict(idle_w)
+        self._pods: dict[str, tuple[str, float | None]] = {}  # uid → (node, limit)
+        self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, W, per node)
+        self.capped_sweeps: set[str] = set()  # profiling pods seen with a ceiling (uids)
+        self._lock = threading.Lock()
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # the stream ends with the cluster
@@ -102,25 +115,16 @@ class AuthorisedWatch:
             return [s for s in self.samples if s[1] > cap_at(s[0]) + 1e-6]
 
 
-class AgentPower:
+class AgentPower(InBackground):
     """Each site node's agent's board power (its /metrics), read every `interval_s`; the site's
     sum once every node has a reading."""
 
     def __init__(self, urls: Mapping[str, str], interval_s: float = 0.5) -> None:
+        super().__init__("agent-power")
         self.urls, self.interval_s = dict(urls), interval_s
         self.latest: dict[str, float] = {}
         self.sums: list[tuple[float, float]] = []  # (time, W)
         self._http = urllib3.PoolManager(maxsize=max(1, len(self.urls)))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="agent-power", daemon=True)
-
-    def __enter__(self) -> AgentPower:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
