@@ -104,12 +104,13 @@ class Grafter:
             self._bind(src, dst, recursive=True)
 
     def read_only(self, keep_writable: tuple[str, ...]) -> None:
-        """Remount the host's entries bound back into opened directories read-only (the twin's
-        and the cgroup file system stay writable)."""
-        for entry in self.host_entries:
-            if os.path.islink(entry) or any(
-                    entry == k or entry.startswith(k + "/") or k.startswith(entry + "/")
-                    for k in keep_writable):
+        """Remount the opened directories and the host's entries bound back into them
+        read-only (the node's own binds, the twin's and the cgroup file system stay
+        writable): nothing new appears in the host's directories, even privately."""
+        for entry in (*self.opened, *self.host_entries):
+            # Only this mount's flag: the writable mounts below it keep theirs.
+            if os.path.islink(entry) or any(entry == k or entry.startswith(k + "/")
+                                            for k in keep_writable):
                 continue
             subprocess.run(["mount", "-o", "remount,bind,ro", entry], capture_output=True,
                            check=False)
