@@ -149,6 +149,10 @@ class InClusterConfig:
         self.host = f"https://{'[' + host + ']' if ':' in host else host}:{port}"
         self.token_file = sa_dir / "token"
         self.ssl_ca_cert = str(sa_dir / "ca.crt")
+        # The rest of the library's Configuration that callers read (kopf's login handler).
+        self.verify_ssl = True
+        self.cert_file: str | None = None
+        self.key_file: str | None = None
         if not Path(self.ssl_ca_cert).is_file():
             raise KubeconfigError(f"no usable API credentials: no CA at {self.ssl_ca_cert}")
         self._token = ""

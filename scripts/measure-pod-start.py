@@ -18,6 +18,7 @@ import json
 import statistics
 import time
 import uuid
+from pathlib import Path
 
 from edgetrain.cluster import KubeClient, api_path
 
@@ -69,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     wanted = [s for s in STEPS if s[0] in args.steps.split(",")]
     rows = []
-    with KubeClient.from_kubeconfig(args.kubeconfig) as client:
+    with KubeClient.from_kubeconfig(Path(args.kubeconfig)) as client:
         for pair in args.node:
             node, image = pair.split("=", 1)
             for step, code in wanted:

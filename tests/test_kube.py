@@ -103,6 +103,9 @@ def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
     cfg = load_configuration()
     assert cfg.host == "https://127.0.0.9:6443"
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer first"
+    # What the operator's kopf login reads of it, as of the library's Configuration.
+    assert (cfg.ssl_ca_cert, cfg.verify_ssl, cfg.cert_file, cfg.key_file) == (
+        str(sa / "ca.crt"), True, None, None)
     (sa / "token").write_text("second")  # the kubelet rotated it
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
 

@@ -127,8 +127,10 @@ class JetsonFleet:
             client.patch(api_path("v1", "nodes", name=node.name),
                          {"metadata": {"annotations": spec.profile.annotations()}}, "merge")
         self.timings_s["total"] = time.monotonic() - t0
-        log(f"real Jetson nodes ({self.arch}) Ready in {self.timings_s['total']:.1f} s: "
-            + ", ".join(n.name for n in self.nodes))
+        t = self.timings_s
+        log(f"real Jetson nodes ({self.arch}) Ready in {t['total']:.1f} s (images "
+            f"{t['images']:.1f} s, kubelet start to every node Ready {t['kubelets_ready']:.1f}"
+            f" s): " + ", ".join(n.name for n in self.nodes))
         return results
 
     def _twin_root(self, name: str) -> Path:

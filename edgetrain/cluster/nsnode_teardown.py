@@ -85,7 +85,11 @@ def teardown_ns_node(state: dict[str, Any]) -> None:
         if pid is not None:
             _signal([pid], signal.SIGKILL)
             _wait_gone([pid], 5.0)
-    remove_cgroup_root(state["cgroup_root"])
+    # A killed process stays in its cgroup until its parent (here often PID 1) reaps it, and
+    # a cgroup with a member cannot be removed.
+    deadline = time.monotonic() + 30.0
+    while remove_cgroup_root(state["cgroup_root"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
     veth = str(state.get("veth", ""))
     if veth and link_exists(veth):
         subprocess.run(["ip", "link", "del", veth], capture_output=True, check=False)
