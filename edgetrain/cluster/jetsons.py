@@ -43,10 +43,12 @@ ARCHES = ("arm64", "amd64")
 Log = Callable[[str], None]
 
 
-def jetson_labels(name: str, prof: NodeProfile, arch: str) -> dict[str, str]:
-    """What the kubelet registers with: the board's labels, real (no `virtual`), the
-    architecture the node runs its containers in, and whether that is emulated."""
-    labels = {k: v for k, v in prof.labels(name).items()
+def jetson_labels(name: str, prof: NodeProfile, arch: str, bare: bool = False,
+                  ) -> dict[str, str]:
+    """What the kubelet registers with: the board's labels, real (no `virtual`; none of
+    edgetrain's when bare: the chart's agents set them), the architecture the node runs its
+    containers in, and whether that is emulated."""
+    labels = {k: v for k, v in prof.labels(name, bare).items()
               if k not in (LABEL_VIRTUAL, "kubernetes.io/hostname", "kubernetes.io/os")}
     labels["kubernetes.io/arch"] = arch
     if arch != _host_arch():
@@ -99,7 +101,7 @@ class JetsonFleet:
         pki = Pki(self.run_dir / "pki")
         for i, spec in enumerate(specs):
             node = NsNode(self.run_dir, spec.name, NsAddress(self.net, i),
-                          jetson_labels(spec.name, spec.profile, self.arch),
+                          jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
                           twin_root=self._twin_root(spec.name))
             self.nodes.append(node)
             node.prepare(pki, timeout_s, self.save)
@@ -125,7 +127,8 @@ class JetsonFleet:
         self.timings_s["kubelets_ready"] = time.monotonic() - t_kubelets
         for node, spec in zip(self.nodes, specs, strict=True):
             client.patch(api_path("v1", "nodes", name=node.name),
-                         {"metadata": {"annotations": spec.profile.annotations()}}, "merge")
+                         {"metadata": {"annotations": spec.profile.annotations(spec.bare)}},
+                         "merge")
         self.timings_s["total"] = time.monotonic() - t0
         t = self.timings_s
         log(f"real Jetson nodes ({self.arch}) Ready in {t['total']:.1f} s (images "

@@ -50,6 +50,7 @@ from edgetrain.operator import estimate_parts as ep
 from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
+from edgetrain.operator import roles
 from edgetrain.operator.blocked import worker_blocked
 from edgetrain.operator.phases import apply_progress, infeasible_message
 from edgetrain.operator.settings import OperatorSettings
@@ -324,6 +325,8 @@ class _Step:
             if other:
                 status.message = f"waiting for {other}, which estimates the same vector"
                 return
+            if self.refused(roles.estimator_refusal(world.servers, self.settings)):
+                return
             width = ep.parallelism(world.servers, spec, self.settings)
             body = em.estimate_job(world.job, spec, self.settings, key=key,
                                    attempt=status.attempts.estimate, parallelism=width,
@@ -365,6 +368,14 @@ class _Step:
             return
         status.message = f"estimating in job {job_name}: {verdict.progress}"
         self.stuck(job, pods, f"estimate job {job_name}")
+
+    def refused(self, refusal: str | None) -> bool:
+        """Fail the job where the phase's image cannot run on its node (roles.py), rather
+        than start a pod that cannot exec its entry point."""
+        if refusal is None:
+            return False
+        self.go(Phase.failed, "NoImageForArchitecture", refusal)
+        return True
 
     def other_producer(self, key: str) -> str | None:
         for prod in self.world.producers.get(key, ()):
@@ -461,6 +472,9 @@ class _Step:
         """Start or watch one device model's profiling; True if the job failed."""
         status, world = self.status, self.world
         if ds_name not in world.daemonsets:
+            if self.refused(roles.image_refusal("trainer", world.node(prof.node),
+                                                self.settings)):
+                return True
             share = status.power_share
             granted = (share is not None and share.purpose == "profile"
                        and share.device_model == prof.device_model)
@@ -776,6 +790,9 @@ class _Step:
 
     def start_training(self, training: TrainingStatus, sel: SelectionStatus) -> None:
         status = self.status
+        if self.refused(roles.image_refusal("trainer", self.world.node(sel.node),
+                                            self.settings)):
+            return
         ckpt = training.checkpoint_dir
         if not ckpt or not ckpt.endswith(f"-b{sel.batch_size}"):
             # The trainer's checkpoints are tied to b: a new b gets a new folder.

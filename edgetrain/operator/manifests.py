@@ -181,10 +181,10 @@ def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
     ]
 
 
-def _container(name: str, settings: OperatorSettings, args: list[str], env: list[Obj]) -> Obj:
+def _container(name: str, image: str, args: list[str], env: list[Obj]) -> Obj:
     return {
         "name": name,
-        "image": settings.image,
+        "image": image,
         "command": ["edgetrain"],
         "args": args,
         "env": [
@@ -309,7 +309,7 @@ def profile_daemonset(
     pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     pod = _pod_spec(
         settings,
-        _container("profile", settings, args, [pod_name] if by_agent else []),
+        _container("profile", settings.trainer_image, args, [pod_name] if by_agent else []),
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,
@@ -404,7 +404,7 @@ def train_job(
             *cmd,
         ],
     )
-    container = _container("train", settings, args, [])
+    container = _container("train", settings.trainer_image, args, [])
     pod = _pod_spec(
         settings,
         container,

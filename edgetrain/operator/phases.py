@@ -22,7 +22,7 @@ from edgetrain.api.job_status import (
     SelectionStatus,
     TrainingStatus,
 )
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
+from edgetrain.api.keys import GPU_RESOURCE, LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.api.training import TrainingEvent
@@ -34,7 +34,6 @@ from edgetrain.planner.plan import InfeasibleError, PlanInputError
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 4
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def _count(quantity: object) -> int:

@@ -33,6 +33,7 @@ from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
 from edgetrain.operator.informer import TrainingView
 from edgetrain.operator.phases import NodeInfo, candidates, job_finished, sweep_spec
+from edgetrain.operator.roles import node_role
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
@@ -302,7 +303,9 @@ class Reconciler:
             return read[1]
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.server_selector.items()))
         items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
-        servers = tuple(NodeInfo.of(n) for n in items)
+        # The selector may be empty (any node): only what `roles` takes as a server counts.
+        servers = tuple(n for n in map(NodeInfo.of, items)
+                        if node_role(n, self.settings).kind == "server")
         with self._fleet_lock:
             self._servers_read = (now, servers)
         return servers

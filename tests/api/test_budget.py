@@ -81,7 +81,8 @@ def test_crd_is_cluster_scoped_with_server_side_checks() -> None:
     assert crd["spec"]["scope"] == "Cluster"
     version = crd["spec"]["versions"][0]
     cols = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert cols[:6] == ["Cap W", "Planned W", "Measured W", "Idle W", "Jobs", "Waiting"]
+    assert cols[:7] == ["Cap W", "Planned W", "Authorised W", "Measured W", "Idle W", "Jobs",
+                        "Waiting"]
     props = budget_spec_schema()["properties"]
     assert props["capWatts"]["exclusiveMinimum"] is True and props["capWatts"]["minimum"] == 0
     assert props["schedule"]["x-kubernetes-list-map-keys"] == ["timeOfDay"]

@@ -247,7 +247,8 @@ def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str, site_n
          kubeconfig=cluster.kubeconfig)
     try:
         pods = kube.get(api_path("v1", "pods", f"{namespace}-node-agent"),
-                        labelSelector=f"app.kubernetes.io/instance={release}")["items"]
+                        labelSelector=f"app.kubernetes.io/instance={release},"
+                                      "app.kubernetes.io/component=node-agent")["items"]
         yield {p["spec"]["nodeName"]: f"http://{p['status']['podIP']}:"
                f"{p['metadata']['annotations']['prometheus.io/port']}/metrics" for p in pods}
     finally:

@@ -98,7 +98,7 @@ def machine(rules: Rules, switches: Switches) -> type[RuleBasedStateMachine]:
 
 
 # derandomize: the same examples on every run, so CI never sees a different verdict.
-CHECK = settings(max_examples=300, stateful_step_count=60, deadline=None, derandomize=True,
+CHECK = settings(max_examples=200, stateful_step_count=50, deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                  phases=[Phase.generate, Phase.target, Phase.shrink])
 # Without a rule the search stops at its first breach; it may look longer for one.
