@@ -22,6 +22,7 @@ from edgetrain.cluster.hostnet import cannot_run_kubelet
 from edgetrain.cluster.images import podman_ref
 from edgetrain.cluster.jetsons import STATE_FILE, jetson_leftovers
 from edgetrain.cluster.realnode import missing_binaries
+from edgetrain.kube import Obj
 from tests.observability.test_chart import CHART, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -57,17 +58,22 @@ def jetson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
             pytest.fail(f"no real Jetson node in CI: {reason}")
         pytest.skip(f"this host cannot run a real Jetson node: {reason}")
     run_dir = tmp_path_factory.mktemp("jetson") / "c"
+    started = time.monotonic()
     up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0",
                     "--jetson-runtime", "real", "--jetson-images", "node-agent",
                     "--dir", str(run_dir))
     state: dict[str, object] = {}
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        # The start costs docs/cluster.md cites (shown with `pytest -rP`).
+        print(f"cluster up: {time.monotonic() - started:.1f} s\n{up.stdout}")
         state = json.loads((run_dir / STATE_FILE).read_text())
         yield run_dir, state
     finally:
+        started = time.monotonic()
         down = _edgetrain("cluster", "down", "--dir", str(run_dir))
         assert down.returncode == 0, down.stdout + down.stderr
+        print(f"cluster down: {time.monotonic() - started:.1f} s\n{down.stdout}")
         if state:
             assert jetson_leftovers(run_dir, state) == []
 
@@ -106,6 +112,7 @@ def test_node_is_an_arm64_kubelet_in_namespaces_of_its_own(
     assert (run_dir / "nodes" / NODE / "kubelet" / "device-plugins" / "kubelet.sock").exists()
     status = _edgetrain("cluster", "status", "--dir", str(run_dir))
     assert status.returncode == 0, status.stderr
+    print(status.stdout)  # RSS per component (docs/cluster.md)
     row = next((line for line in status.stdout.splitlines() if f" {NODE} " in line),
                status.stdout)
     assert "containerd://2." in row and "arm64 (QEMU)" in row, row
@@ -127,13 +134,27 @@ def test_chart_agent_pins_a_pods_clock_on_the_twin(
     helm("install", "edgetrain", str(CHART), "-n", "edgetrain", "--wait", "--timeout", "300s",
          "--set", "operator.enabled=false", "--set", "networkPolicy.enabled=false",
          kubeconfig=kubeconfig)
-    # helm's --wait lets a DaemonSet of one pod be one unavailable (maxUnavailable 1).
-    ready = kube.wait_for(api_path("v1", "pods", "edgetrain-node-agent"), lambda ps: any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for p in ps["items"] for c in p.get("status", {}).get("conditions", [])),
-        timeout_s=300, what="the node agent Ready")
-    agents = ready["items"]
+    # helm's --wait lets a DaemonSet of one pod be one unavailable (maxUnavailable 1). The
+    # namespace holds two: the detect step (every arm64 node) and the Nano's agent.
+    def of(ps: Obj, component: str) -> list[Obj]:
+        return [p for p in ps["items"]
+                if p["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+
+    def all_ready(ps: Obj) -> bool:
+        pods = [*of(ps, "node-agent"), *of(ps, "node-detect")]
+        return len(pods) == 2 and all(any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in p.get("status", {}).get("conditions", [])) for p in pods)
+    ready = kube.wait_for(api_path("v1", "pods", "edgetrain-node-agent"), all_ready,
+                          timeout_s=300, what="the node agent and the detect step Ready")
+    agents, detect = of(ready, "node-agent"), of(ready, "node-detect")
     assert [p["spec"]["nodeName"] for p in agents] == [NODE]
+    assert [p["spec"]["nodeName"] for p in detect] == [NODE]
+    # The detect step's init container read the twin's devicetree through the hostPath of
+    # /sys/firmware, its arm64 image under QEMU; its log is the real kubelet's.
+    log = kube.get_text(api_path("v1", "pods", "edgetrain-node-agent",
+                                 str(detect[0]["metadata"]["name"]), "log") + "?container=detect")
+    assert "jetson-nano" in log, log
     image_id = agents[0]["status"]["containerStatuses"][0]["imageID"]
     freq_hz = 460_800_000
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
