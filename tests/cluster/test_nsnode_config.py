@@ -15,11 +15,16 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from edgetrain.api.keys import LABEL_EMULATED_ARCH, LABEL_VIRTUAL
+from edgetrain.api.keys import (
+    ANNOTATION_GPU_FREQUENCIES_HZ,
+    LABEL_EMULATED_ARCH,
+    LABEL_VIRTUAL,
+)
 from edgetrain.cluster import nodefs
 from edgetrain.cluster.boards import profile
 from edgetrain.cluster.hostnet import NodeNetwork
 from edgetrain.cluster.jetsons import jetson_labels
+from edgetrain.cluster.nodes import node_specs
 from edgetrain.cluster.nsnode import MAX_NS_NODES, NsAddress, NsNode
 from edgetrain.cluster.pki import ensure_pki
 from edgetrain.cluster.twinruntime import give_device, write_wrapper
@@ -51,6 +56,18 @@ def test_jetson_labels_are_real_and_say_what_is_emulated() -> None:
     assert labels[LABEL_EMULATED_ARCH] == ("arm64" if os.uname().machine == "x86_64" else None)
     native = jetson_labels("jetson-nano-0", profile("nano"), "amd64")
     assert native["kubernetes.io/arch"] == "amd64" and LABEL_EMULATED_ARCH not in native
+
+
+def test_bare_jetson_nodes_register_only_what_a_fresh_kubelet_says() -> None:
+    """`cluster up --bare --jetson-runtime real`: no label of edgetrain's role (the chart's
+    detect step and agents set them), but the emulated architecture, which the node's runtime
+    is and the arch policy needs; named as the real nodes are, without the vnode prefix."""
+    (spec,) = node_specs({"jetson-nano": 1}, 0, prefix="", bare=True)
+    assert spec.name == "jetson-nano-0" and spec.bare
+    labels = jetson_labels(spec.name, spec.profile, "arm64", spec.bare)
+    assert not any(k.startswith("edgetrain.io/") and k != LABEL_EMULATED_ARCH for k in labels)
+    assert labels["kubernetes.io/arch"] == "arm64"
+    assert ANNOTATION_GPU_FREQUENCIES_HZ not in spec.profile.annotations(spec.bare)
 
 
 def _spec(sysfs_opts: list[str]) -> dict[str, object]:
