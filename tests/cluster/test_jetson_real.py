@@ -27,6 +27,7 @@ from tests.observability.test_chart import CHART, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
+ROOT = Path(__file__).resolve().parents[2]
 NODE = "jetson-nano-0"
 NANO_DEVFREQ = "sys/devices/gpu.0/devfreq/57000000.gpu"
 AGENT_IMAGE = "ghcr.io/edgetrain/node-agent:0.1.0"
@@ -44,9 +45,19 @@ def _unavailable() -> str | None:
     qemu = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
     if reason is None and not (qemu.exists() and qemu.read_text().startswith("enabled")):
         reason = "no arm64 emulation (`make container-engine` registers qemu-aarch64)"
-    if reason is None and podman_ref("node-agent", "0.1.0") is None:
-        reason = "no node-agent image in podman (`make images-core`)"
     return reason
+
+
+def _agent_image_up_to_date() -> None:
+    """The node-agent image built from this tree, as `make images-core` builds it (a no-op when
+    its stamp names these sources): an image from older sources would test older code."""
+    # The Makefile's registry, which `podman_ref` tries first (a stale image there would win).
+    env = dict(os.environ, REGISTRY="ghcr.io/edgetrain", PYTHON=sys.executable,
+               CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
+    built = subprocess.run(["bash", str(ROOT / "scripts" / "build-images.sh"), "node-agent"],
+                           capture_output=True, text=True, env=env, timeout=2400)
+    assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
+    assert podman_ref("node-agent", "0.1.0") is not None, built.stdout
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +68,7 @@ def jetson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
         if os.environ.get("CI"):
             pytest.fail(f"no real Jetson node in CI: {reason}")
         pytest.skip(f"this host cannot run a real Jetson node: {reason}")
+    _agent_image_up_to_date()
     run_dir = tmp_path_factory.mktemp("jetson") / "c"
     started = time.monotonic()
     up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0",
