@@ -111,6 +111,20 @@ class StrategySpec(_Spec):
         description="plan from a posterior r: the proxy's r corrected by the samples to target"
         " that earlier jobs with the same model, target set and target accuracy observed",
     )
+    expected_recurrences: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="learnFromHistory: how many jobs with this model, target set and target"
+        " accuracy to expect, this one included; trying another batch size pays back over them",
+    )
+    exploration_budget: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="learnFromHistory: trying another batch size may cost at worst this share"
+        " of the planned size's training time, cumulatively over the jobs (0: never explore)",
+    )
 
 
 class BudgetSpec(_Spec):

@@ -88,10 +88,10 @@ def bench_paper(
         command = shlex.join(["edgetrain", *sys.argv[1:]])
         if reevaluate_from is not None:
             from edgetrain.api.errors import read_input_text
-            from edgetrain.bench.paper import PaperBenchSummary, reevaluate
+            from edgetrain.bench.paper import read_recorded, reevaluate
 
             text = read_input_text(reevaluate_from, hint="pass --reevaluate a results JSON")
-            recorded = PaperBenchSummary.model_validate_json(text)
+            recorded = read_recorded(text)
             if config_file is not None:
                 # Only what needs no training may change: the recurring column's settings.
                 recurring = config.recurring

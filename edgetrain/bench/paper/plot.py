@@ -43,7 +43,8 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
 
     cfg = result.config
     main = main_cases(cfg, result.cases)
-    per_k = result.headline.recurring_over_oracle if result.headline else []
+    over = result.headline.recurring_over_oracle if result.headline else None
+    per_k = over.per_k if over is not None else []
     panels = len(cfg.boards) + (1 if per_k else 0)
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
     axes_list = list(axes[0][: len(cfg.boards)])
@@ -86,8 +87,9 @@ def write_plot(result: PaperBenchResult, path: Path) -> None:
 
 def _recurring_panel(ax: Axes, result: PaperBenchResult) -> None:
     """edgetrain/oracle per job k of the recurring sequences, with and without learning."""
-    assert result.headline is not None
-    per_k = result.headline.recurring_over_oracle
+    assert result.headline is not None and result.headline.recurring_over_oracle is not None
+    over = result.headline.recurring_over_oracle
+    per_k = over.per_k
     ks = [s.k for s in per_k]
 
     def series(stats: list[Stat | None]) -> tuple[list[float], list[float]]:
@@ -100,21 +102,24 @@ def _recurring_panel(ax: Axes, result: PaperBenchResult) -> None:
     learned: list[Stat | None] = [Stat(mean=s.mean, std=s.std, n=s.n, ci95=s.ci95) for s in per_k]
     static: list[Stat | None] = [s.static for s in per_k]
     for offset, (label, stats) in enumerate(
-        (("learning (posterior r)", learned), ("without learning", static))
+        (("learning (default policy)", learned), ("job 1's plan (no learning)", static))
     ):
         means, halves = series(stats)
         ax.errorbar(
             [k + 0.08 * offset for k in ks], means, yerr=halves, capsize=3, marker="o", label=label
         )
-    informed = result.headline.recurring_informed
-    if informed is not None and informed.mean is not None:
+    floor = result.headline.floor_over_oracle
+    if floor is not None and floor.mean is not None:
         ax.axhline(
-            informed.mean,
+            floor.mean,
             color="grey",
             linestyle="--",
             linewidth=0.8,
             label="floor: all other seeds' N(b)",
         )
+    if over.reference.mean is not None:
+        ax.axhline(over.reference.mean, color="tab:red", linestyle=":", linewidth=0.8,
+                   label="single-seed proxy plan")  # fmt: skip
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(ks)
     ax.set_xlabel("job k of a recurring sequence")
