@@ -188,7 +188,8 @@ def gated_r(
     r = normalised(log_n)
     cost = cost_per_sample_by_row
     r[cand] = min(r[cand], r[inc] * cost[inc] / cost[cand] * (1 - 1e-9))
-    return r / r.max()
+    out: NDArray[np.float64] = r / r.max()
+    return out
 
 
 __all__ = [

@@ -288,8 +288,8 @@ def train_to_target(
     interval = ns.probe_interval_samples(batch_size, eval_interval_samples)
     # Probes fall at the first step past the middle of each interval: where the last one fell
     # says where the next falls, so a resumed run probes exactly where an unbroken one would.
-    last = state.noise[-1][0] if state.noise else None
-    next_probe = interval // 2 if last is None else (last // interval + 1) * interval + interval // 2
+    last = state.noise[-1][0] if state.noise else -interval
+    next_probe = (last // interval + 1) * interval + interval // 2
     model.train()
     while not state.reached_target and state.samples < sample_budget:
         x, y = task.batch(state.samples, batch_size, seed, accel.device)

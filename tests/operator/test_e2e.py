@@ -208,22 +208,23 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert status["efficiency"]["cached"] is True
     assert [p["cached"] for p in status["profiles"]] == [True]
     assert _jobs(kube, namespace, "estimate", second) == []
-    # Recurring jobs (issue 30): the first job's finished training is an observation in the
-    # history ConfigMap, and the second plan learned from it.
+    # Recurring jobs (issues 30, 41): the first job's finished training is an observation in
+    # the history ConfigMap (N where its curve crossed the target), and the second plan learned
+    # from it: how hard the target is, never which size is best from one size alone.
     first_history = first_status["efficiency"]["history"]
     assert first_history["observationsTotal"] == 0
     assert first_history["plannedR"] == pytest.approx(first_history["priorR"])
     history = status["efficiency"]["history"]
-    assert history["observationsTotal"] == 1
+    assert history["observationsTotal"] == 1 and history["sources"]["observations"] == 1
     (seen,) = history["observations"]
     assert seen["job"].startswith(f"{namespace}.{first}.")
-    assert (seen["batchSize"], seen["samples"]) == (sel["batchSize"], training["samples"])
-    # The observation narrowed the doubt where it was made, and the plan's r is no longer the
-    # prior's: the size not yet tried gets the bound's optimism (here proxy and target are the
-    # same set, so the posterior mean may well equal the prior: the observation agreed with it).
+    assert seen["batchSize"] == sel["batchSize"]
+    assert seen["samples"] == pytest.approx(training["samplesToTarget"])
+    assert 0 < training["samplesToTarget"] <= training["samples"]
+    assert history["plannedR"] == pytest.approx(history["priorR"])
+    assert history["gate"]["explored"] is False  # α = 1 %: nothing to spend on a second job
     i = history["batchSizes"].index(seen["batchSize"])
-    assert history["posteriorLogSd"][i] < first_history["posteriorLogSd"][i]
-    assert history["plannedR"] != pytest.approx(history["priorR"])
+    assert history["posteriorLogSd"][i] == pytest.approx(0.0, abs=1e-6)
     # The second job's observation joins the first's (a merge patch of its own key).
     kube.wait_for(api_path("v1", "configmaps", namespace, history["configMap"]),
                   lambda o: len(o.get("data") or {}) >= 2, timeout_s=60, interval_s=0.5,

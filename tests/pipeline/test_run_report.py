@@ -29,7 +29,7 @@ spec:
   optimizer: {learningRate: 4.0e-3, referenceBatchSize: 64}
   placement: {device: "sim:jetson-nano"}
   budget: {estimateSamples: 4000, trainSamples: 4000, evalIntervalSamples: 256,
-           evalSamples: 300, profileMinibatches: 2}
+           evalSamples: 300, profileMinibatches: 2, seeds: [0]}
 """
 
 
@@ -96,8 +96,15 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     history = again.history
     assert history is not None and history.observations_total == 1
     seen = history.observations[0]
-    assert (seen.batch_size, seen.samples) == (outcome.plan.batch_size, outcome.training.samples)
-    assert history.posterior_r != pytest.approx(history.prior_r)
+    # N where the curve crossed the target, between the evaluation before it and its own.
+    assert seen.batch_size == outcome.plan.batch_size
+    assert seen.samples == outcome.training.samples_to_target
+    assert seen.samples <= outcome.training.samples
+    # One size's observation teaches how hard the target is, not which size is best: the plan
+    # is the posterior mean's, the same as the prior's, and the gate (α = 1 %) exploited.
+    assert history.posterior_r == pytest.approx(history.prior_r)
+    assert history.gate is not None and not history.gate.explored
+    assert history.sources.observations == 1 and history.sources.proxy_seeds == 1
     i = history.batch_sizes.index(again.plan.batch_size)
     assert again.plan.r == pytest.approx(history.planned_r[i])
     assert (tmp_path / "r2" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -69,7 +69,7 @@ def test_a_loose_gate_explores_one_doubling_and_status_shows_it() -> None:
     lut = synthetic_lut(BATCHES, 6)
     _vector, tight = plan_vector(learn(PRIOR, pool, "k"), lut, 1e9)
     assert tight.gate is not None and not tight.gate.explored
-    vector, loose = plan_vector(learn(PRIOR, pool, "k"), lut, 1e9,
+    _vector, loose = plan_vector(learn(PRIOR, pool, "k"), lut, 1e9,
                                 settings=GateSettings(100, alpha=10.0))  # fmt: skip
     gate = loose.gate
     assert gate is not None and gate.explored and "explores" in loose.chooser

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain.api.enums import StrEnum
+from edgetrain.api.job import DEFAULT_ESTIMATE_SEEDS
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.training import OptimizerName, OptimizerSpec
 from edgetrain.planner.gate import GateSettings
@@ -118,7 +119,7 @@ class PredictedProfiling(BaseModel):
 
 #: Seeds the estimate merges by default (`budget.seeds` of a job); the bench's trade-off table
 #: (`proxy_seeds` per policy) is what chose it.
-DEFAULT_PROXY_SEEDS = 3
+DEFAULT_PROXY_SEEDS = len(DEFAULT_ESTIMATE_SEEDS)
 
 
 class Policy(BaseModel):
@@ -186,7 +187,8 @@ class SyntheticConfig(BaseModel):
     seeds: Annotated[int, Field(ge=2)] = 500
     horizon: Annotated[int, Field(ge=2)] = 20
     profiles: Annotated[int, Field(ge=1)] = 20  # frontier profiles per cell, reused in turn
-    shrinkage: Annotated[float, Field(ge=0, le=1)] = 0.5  # of the covariance to its diagonal
+    # of the covariance towards a constant-correlation target
+    shrinkage: Annotated[float, Field(ge=0, le=1)] = 0.5
     seed: int = 0
 
 

@@ -18,8 +18,9 @@ from edgetrain.planner.tilt import BENCH_PAIRS, TiltPair, TiltPrior, pair_tilt, 
 
 def proxy_seeds_for(seeds: Sequence[int], judged: int, count: int) -> list[int]:
     """The seeds a case's proxy merges: with 1, the judged run's own seed (the paper's protocol);
-    with more, the `count` seeds after it in turn, the judged seed left out (at most n − 1)."""
-    if count <= 1:
+    with more, the `count` seeds after it in turn, the judged seed left out (at most n − 1; with
+    one seed in all, that one)."""
+    if count <= 1 or len(seeds) == 1:
         return [judged]
     i = list(seeds).index(judged)
     n = len(seeds)

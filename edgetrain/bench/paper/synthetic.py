@@ -1,7 +1,8 @@
 """The synthetic-seed harness (issue 41): the bench's power without more training.
 
 Per (model, data set), the real seeds' log N(b) give a mean vector and a residual covariance
-across batch sizes (shrunk halfway to its diagonal: 5 seeds cannot fill a 6 × 6 covariance).
+across batch sizes, shrunk halfway to a constant-correlation target (5 seeds cannot fill a 6 × 6
+covariance; the target keeps each size's variance and the mean correlation between sizes).
 Synthetic seeds are draws from that Gaussian: N continuous (no evaluation grid), a miss where a
 draw passes the sample budget. Every policy then runs the same sequences — a proxy merged over
 its seeds, `horizon` jobs each judged on a fresh target draw — on the main table's cells, with a
@@ -52,9 +53,22 @@ def fit_dataset(records: Sequence[EstimateRecord], shrinkage: float, interpolate
     mean = np.nanmean(logs, axis=0)
     resid = np.nan_to_num(logs - mean)
     cov = resid.T @ resid / max(len(records) - 1, 1)
-    cov = (1 - shrinkage) * cov + shrinkage * np.diag(np.diag(cov))
+    cov = (1 - shrinkage) * cov + shrinkage * constant_correlation(cov)
     cov += np.eye(cov.shape[0]) * 1e-10
     return Fit(mean, cov, np.linalg.cholesky(cov))
+
+
+def constant_correlation(cov: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The shrinkage target: each size's own variance, every pair at the mean correlation (a
+    seed that is slow at one b tends to be slow at all: that common part never changes r)."""
+    sd = np.sqrt(np.clip(np.diag(cov), 1e-12, None))
+    corr = cov / np.outer(sd, sd)
+    off = corr[~np.eye(corr.shape[0], dtype=bool)]
+    mean = float(np.clip(off.mean(), 0.0, 0.99)) if off.size else 0.0
+    target = mean * np.outer(sd, sd)
+    np.fill_diagonal(target, sd**2)
+    out: NDArray[np.float64] = target
+    return out
 
 
 def draw(fit: Fit, rng: np.random.Generator, budget: float) -> NDArray[np.float64]:
@@ -177,7 +191,8 @@ def synthetic(
         policies=[_summary(p, tallies[p.name]) for p in policies],
         how=(
             f"per (model, data set): mean log N(b) over the {len(config.seeds)} real seeds and"
-            f" their residual covariance, shrunk {sc.shrinkage:.0%} to its diagonal; {n_seeds}"
+            f" their residual covariance, shrunk {sc.shrinkage:.0%} to a constant-correlation"
+            f" target; {n_seeds}"
             f" synthetic seeds, each one proxy merge and {n_jobs} target draws per model, shared"
             f" by its {len(config.boards)} boards × limits; {sc.profiles} frontier profiles per"
             " cell in turn; N continuous (no evaluation grid), a miss where a draw passes the"
@@ -239,4 +254,4 @@ def _summary(policy: Policy, t: _Tally) -> SyntheticPolicy:
     )
 
 
-__all__ = ["Fit", "draw", "fit_dataset", "synthetic"]
+__all__ = ["Fit", "constant_correlation", "draw", "fit_dataset", "synthetic"]
