@@ -109,9 +109,11 @@ def bench_paper(
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(render_markdown(result))
         output.with_suffix(".json").write_text(result.summary().model_dump_json(indent=1) + "\n")
-        from edgetrain.bench.paper.plot import write_plot
+        from edgetrain.bench.paper.plot import write_plot, write_posterior_plot
 
         write_plot(result, output.with_suffix(".png"))
+        # docs/planner.md's figure: N(b) of the proxy, the posterior and the target.
+        write_posterior_plot(result, output.with_name(f"{output.stem}-posterior.png"))
         if json_output:
             typer.echo(result.model_dump_json())
         else:

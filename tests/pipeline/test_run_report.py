@@ -100,9 +100,13 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     assert seen.batch_size == outcome.plan.batch_size
     assert seen.samples == outcome.training.samples_to_target
     assert seen.samples <= outcome.training.samples
-    # One size's observation teaches how hard the target is, not which size is best: the plan
-    # is the posterior mean's, the same as the prior's, and the gate (α = 1 %) exploited.
-    assert history.posterior_r == pytest.approx(history.prior_r)
+    # One size's observation teaches how hard the target is, not which size is best: only the
+    # gradient noise scales, measured on the proxy by the estimate and on the target by the
+    # training, may reshape r; the plan is the posterior mean's and the gate (α = 1 %) exploited.
+    src = history.sources
+    assert src.noise_scale_proxy is not None and src.noise_scale_target is not None
+    assert src.noise_shape_used
+    assert history.planned_r == pytest.approx(history.posterior_r)
     assert history.gate is not None and not history.gate.explored
     assert history.sources.observations == 1 and history.sources.proxy_seeds == 1
     i = history.batch_sizes.index(again.plan.batch_size)
