@@ -68,7 +68,8 @@ def bench_paper(
             "--reevaluate",
             help="A recorded results JSON (e.g. docs/benchmarks/paper/cpu.json): recompute the"
             " comparison from its measured N(b), no training; the run's fields stay the"
-            " recorded run's (with --config, only its `recurring` settings are used).",
+            " recorded run's (with --config, only its `recurring`, `interpolated` and `seeds`"
+            " settings are used).",
         ),
     ] = None,
 ) -> None:
@@ -93,10 +94,12 @@ def bench_paper(
             text = read_input_text(reevaluate_from, hint="pass --reevaluate a results JSON")
             recorded = read_recorded(text)
             if config_file is not None:
-                # Only what needs no training may change: the recurring column's settings.
-                recurring = config.recurring
+                # Only what needs no training may change: the recurring column's settings, where
+                # N is read (interpolated, where recorded) and which of the recorded seeds count.
+                update = {"recurring": config.recurring, "interpolated": config.interpolated,
+                          "seeds": config.seeds}  # fmt: skip
                 recorded = recorded.model_copy(
-                    update={"config": recorded.config.model_copy(update={"recurring": recurring})}
+                    update={"config": recorded.config.model_copy(update=update)}
                 )
             result = reevaluate(recorded, command=command, jobs=jobs)
             config = recorded.config

@@ -18,7 +18,7 @@ from edgetrain.bench.paper.config import BenchConfig, Scale, config_for
 from edgetrain.bench.paper.estimates import estimate_all, estimate_key
 from edgetrain.bench.paper.evaluate import evaluate_all, summaries_and_sensitivity
 from edgetrain.bench.paper.headline import headline
-from edgetrain.bench.paper.proxies import estimate_cost
+from edgetrain.bench.paper.proxies import estimate_cost, noise_fits
 from edgetrain.bench.paper.recurring import policy_stats, recurring_all
 from edgetrain.bench.paper.render import render_markdown
 from edgetrain.bench.paper.results import EstimateRecord, PaperBenchResult, PaperBenchSummary
@@ -103,7 +103,8 @@ def compare(
         sensitivity=sensitivity,
         predictions=fits,
         headline=headline(config, cases, fits, recurring, policies=policies, synth=synth,
-                          estimate=cost),
+                          estimate=cost).model_copy(
+            update={"noise_fits": noise_fits(config, estimates)}),
         recurring=recurring,
         seeds=list(config.seeds),
     )

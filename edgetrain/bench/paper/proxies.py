@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from edgetrain.api.efficiency import EfficiencyVector, geometric_mean, merged_samples
 from edgetrain.bench.paper.config import BenchConfig, Policy, WorkloadConfig
 from edgetrain.bench.paper.estimates import estimate_key
-from edgetrain.bench.paper.results import EstimateCost, EstimateRecord
+from edgetrain.bench.paper.results import EstimateCost, EstimateRecord, NoiseFit
 from edgetrain.planner.history import planning_vector, posterior
+from edgetrain.planner.noise import fit_samples_shape
 from edgetrain.planner.tilt import BENCH_PAIRS, TiltPair, TiltPrior, pair_tilt, population_tilt
 
 
@@ -74,10 +75,13 @@ def proxy_vector(record: EstimateRecord, interpolated: bool, seeds: int) -> Effi
 
 def run_pairs(config: BenchConfig, estimates: dict[str, EstimateRecord]) -> list[TiltPair]:
     """Each workload's (proxy, target) pairs in this run: the tilt of the geometric mean N over
-    seeds. Labelled `scale/model/proxy→target`."""
+    seeds. Labelled `scale/model/proxy→target`; workloads that share a model's N (a twin
+    variant) give its pairs once."""
     pairs: list[TiltPair] = []
     for w in config.workloads:
         for target in w.targets:
+            if any(p.label == f"{config.scale}/{w.model}/{w.proxy}→{target}" for p in pairs):
+                continue
             n = {
                 name: [
                     geometric_mean([
@@ -154,6 +158,34 @@ def first_plan_inputs(
     return record, first_vector(vector, tilt, policy)
 
 
+def noise_fits(config: BenchConfig, estimates: dict[str, EstimateRecord]) -> list[NoiseFit]:
+    """Per (model, data set): the empirical model fitted to the geometric mean N(b) over seeds
+    (sizes every seed reached), and the B_simple its runs measured."""
+    out: list[NoiseFit] = []
+    for w in config.workloads:
+        for ref in w.datasets:
+            if any((f.model, f.dataset) == (w.model, ref.name) for f in out):
+                continue
+            runs = [estimates[estimate_key(w, ref, s)] for s in config.seeds]
+            sizes, means = [], []
+            for i, b in enumerate(w.batch_sizes):
+                got = [r.samples(config.interpolated)[i] for r in runs]
+                if all(g is not None for g in got):
+                    sizes.append(b)
+                    means.append(geometric_mean(got) or math.nan)
+            if len(sizes) < 2:
+                continue
+            fit = fit_samples_shape(sizes, means)
+            measured = [v for r in runs for v in (r.gradient_noise_scale or []) if v]
+            out.append(NoiseFit(
+                model=w.model, dataset=ref.name, measured_b_noise=geometric_mean(measured),
+                measured_runs=sum(1 for r in runs if r.gradient_noise_scale is not None),
+                fitted_b_noise=fit.b_noise, fitted_e_min=fit.e_min,
+                rms_log_residual=fit.rms_log_residual, residuals=list(fit.residuals),
+            ))  # fmt: skip
+    return out
+
+
 __all__ = [
     "EstimateCost",
     "case_proxy",
@@ -161,6 +193,7 @@ __all__ = [
     "first_plan_inputs",
     "first_vector",
     "merged_record",
+    "noise_fits",
     "pair_model",
     "population_for",
     "proxy_seeds_for",

@@ -78,6 +78,7 @@ def recurring_lines(result: PaperBenchSummary) -> list[str]:
                   f" {cost.total_s / 60:.1f} min of one CPU thread over the three models ({per}):"
                   f" {cost.how}."]  # fmt: skip
     lines += _per_k_lines(result) + _policy_lines(result) + _synthetic_lines(result)
+    lines += _noise_lines(result)
     lines += _by_model_lines(result)
     return lines
 
@@ -166,6 +167,31 @@ def _synthetic_lines(result: PaperBenchSummary) -> list[str]:
         lines += ["", "Reading the proxy's N at the evaluation grid instead of where the curve"
                   f" crossed the target costs job 1's plan (proxy r alone) {cost} in TTA/oracle"
                   " (synthetic, paired)."]  # fmt: skip
+    return lines
+
+
+def _noise_lines(result: PaperBenchSummary) -> list[str]:
+    h = result.headline
+    assert h is not None
+    if not h.noise_fits:
+        return []
+    lines = [
+        "",
+        "The gradient noise scale against N(b): McCandlish et al.'s `N(b) = E_min (1 + b/B)`"
+        " fitted to each set's geometric mean N(b) over seeds (sizes every seed reached), beside"
+        " B_simple measured in its runs (geometric mean over the runs that recorded it);"
+        " residual: log N − fit per batch size (> 0: more samples than the model allows).",
+        "",
+        "| model | data set | B_simple measured (runs) | B fitted | E_min fitted | rms log"
+        " residual | residual per b |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in h.noise_fits:
+        measured = "—" if f.measured_b_noise is None else f"{f.measured_b_noise:.1f}"
+        res = ", ".join(f"{r:+.2f}" for r in f.residuals)
+        lines.append(f"| {f.model} | {f.dataset} | {measured} ({f.measured_runs}) |"
+                     f" {f.fitted_b_noise:.1f} | {f.fitted_e_min:.0f} |"
+                     f" {f.rms_log_residual:.3f} | {res} |")  # fmt: skip
     return lines
 
 

@@ -129,7 +129,8 @@ def run_sequence(
     scales = None if proxy_noise is None else [
         None if not math.isfinite(v) else float(v) for v in proxy_noise[rows]]  # fmt: skip
     post = posterior(sizes, proxy[rows].tolist(), [], hyper)
-    first = pick(cost, post.r())
+    # Without learning, every job plans from the proxy's r (no prior tilt either).
+    first = pick(cost, post.r() if policy.learn else _proxy_r(post))
     static_row = None if first is None else int(rows[first])
     settings = policy.gate_settings()
     observations: list[tuple[int, float]] = []

@@ -265,6 +265,20 @@ class SyntheticSummary(BaseModel):
     how: str
 
 
+class NoiseFit(BaseModel):
+    """McCandlish et al.'s `N(b) = E_min (1 + b/B)` fitted to one (model, data set)'s mean N(b),
+    beside the noise scale measured in its runs."""
+
+    model: str
+    dataset: str
+    measured_b_noise: float | None = Field(description="B_simple, geometric mean over runs")
+    measured_runs: int
+    fitted_b_noise: float
+    fitted_e_min: float
+    rms_log_residual: float
+    residuals: list[float] = Field(description="log N − fit per batch size (> 0: slower)")
+
+
 class RecurringGain(BaseModel):
     """`recurring_gain` (issue 41): job 1's plan − the learned plan, jobs 2–5, seed as the unit."""
 
@@ -347,6 +361,9 @@ class Headline(BaseModel):
         default_factory=list, description="the comparison policies on the same data"
     )
     synthetic: SyntheticSummary | None = None
+    noise_fits: list[NoiseFit] = Field(
+        default_factory=list, description="the empirical model against each set's N(b)"
+    )
     simulated: Literal[True] = True
 
 
