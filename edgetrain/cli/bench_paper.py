@@ -62,6 +62,14 @@ def bench_paper(
     device: Annotated[
         str, typer.Option(help="Where estimates train: auto (CUDA when present), cpu, cuda:N.")
     ] = "auto",
+    synthetic_seeds: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Synthetic seeds of the recurring harness (default: the configuration's 500;"
+            " 0 skips it).",
+        ),
+    ] = None,
     reevaluate_from: Annotated[
         Path | None,
         typer.Option(
@@ -101,12 +109,14 @@ def bench_paper(
                 recorded = recorded.model_copy(
                     update={"config": recorded.config.model_copy(update=update)}
                 )
-            result = reevaluate(recorded, command=command, jobs=jobs)
+            result = reevaluate(recorded, command=command, jobs=jobs,
+                                synthetic_seeds=synthetic_seeds)  # fmt: skip
             config = recorded.config
         else:
             # With --json, progress lines go to stderr so stdout stays one JSON document.
             with Reporter(stream=sys.stderr if json_output else None) as reporter:
-                result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
+                result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs,
+                                   synthetic_seeds=synthetic_seeds)  # fmt: skip
         if output is None:
             output = Path("docs/benchmarks/paper") / f"{config.scale}.md"
         output.parent.mkdir(parents=True, exist_ok=True)

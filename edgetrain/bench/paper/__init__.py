@@ -46,11 +46,12 @@ def run_bench(
     command: str = "",
     threads: int = 1,
     jobs: int = 1,
+    synthetic_seeds: int | None = None,
 ) -> PaperBenchResult:
     """Estimate (cached real training), then profile, plan and compare on the twin."""
     started = time.monotonic()
     estimates, ran, training_s = estimate_all(config, reporter, threads=threads, jobs=jobs)
-    return compare(config, estimates, jobs=jobs).model_copy(
+    return compare(config, estimates, jobs=jobs, synthetic_seeds=synthetic_seeds).model_copy(
         update={
             "command": command,
             "wall_s": time.monotonic() - started,

@@ -126,16 +126,17 @@ def first_vector(
 def estimate_cost(
     config: BenchConfig, estimates: dict[str, EstimateRecord], seeds: int
 ) -> EstimateCost:
-    """Seeds × the mean wall time of one seed's proxy runs (every batch size), per workload."""
+    """Seeds × the median wall time of one seed's proxy runs (every batch size), per workload
+    (the median: some seeds may have trained on a loaded machine)."""
     per: dict[str, float] = {}
     for w in config.workloads:
         walls = [estimates[estimate_key(w, w.dataset(w.proxy), s)].wall_s for s in config.seeds]
-        per[w.label] = seeds * statistics.fmean(walls)
+        per[w.label] = seeds * statistics.median(walls)
     return EstimateCost(
         proxy_seeds=seeds,
         server_s=per,
         total_s=math.fsum(per.values()),
-        how="proxy seeds × the mean recorded wall time of one seed's runs at every batch size"
+        how="proxy seeds × the median recorded wall time of one seed's runs at every batch size"
         " (real PyTorch training, one thread of this 2-core CPU); an Indexed estimate Job runs"
         " the same runs as pods, side by side where the server has room",
     )
