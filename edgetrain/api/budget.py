@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -18,9 +19,12 @@ BUDGET_KIND = "PowerBudget"
 BUDGET_PLURAL = "powerbudgets"
 BUDGET_API_VERSION = API_VERSION
 TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
-# On a job the budget covers: its share, written by the operator's budget loop (JSON:
-# {"budget": name, "watts": W or null, "node": where, "reason": why it waits}).
+# On a job the budget covers: a notification of its share, written by the operator's budget
+# loop after the budget's status records it (JSON: {"budget": name, "watts": W or null,
+# "node": where, "seq": the grant's sequence number, "purpose": "profile" when it is a sweep
+# ceiling, "reason": why it waits}).
 ANNOTATION_POWER_ALLOCATION = "edgetrain.io/power-allocation"
+GrantPurpose = Literal["train", "profile"]
 
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=LABEL_VALUE_MAX)]
@@ -148,12 +152,21 @@ class _Status(BaseModel):
 
 
 class BudgetAllocationStatus(_Status):
-    """One job's share of the budget."""
+    """One job's share of the budget: the grant issued last, and what the job may still draw."""
 
     namespace: str
     name: str
     node: str = ""
     watts: float | None = Field(default=None, description="granted power (W); null: waiting")
+    purpose: GrantPurpose = Field(default="train", description="train: a plan's share;"
+                                  " profile: the ceiling of a profiling sweep")
+    sequence: int = Field(default=0, ge=0, description="sequence number of the grant issued"
+                          " last (0: none yet)")
+    acknowledged: int = Field(default=0, ge=0, description="the sequence the job echoes: it"
+                              " plans under that grant")
+    held_watts: float | None = Field(
+        default=None, description="the most the job may still act on: every grant issued since"
+        " the one it acknowledged (null: none)")
     batch_size: int | None = None
     gpu_frequency_hz: int | None = None
     predicted_seconds: float | None = None
@@ -167,6 +180,13 @@ class PowerBudgetStatus(_Status):
     idle_watts: float | None = Field(default=None,
                                      description="idle draw of the site's nodes running no job")
     planned_watts: float | None = Field(default=None, description="the planned site draw")
+    authorised_watts: float | None = Field(
+        default=None, description="the invariant's sum, kept ≤ the cap: per node the highest"
+        " limit anything there may still act on (held grants, pods that have not ended,"
+        " profiling ceilings), else its idle draw")
+    profiling_watts: float | None = Field(
+        default=None, description="what profiling sweeps may take of the cap now")
+    sequence: int = Field(default=0, ge=0, description="the last grant sequence issued")
     measured_watts: float | None = Field(
         default=None, description="the site's measured draw: the node agents' last board power "
         "readings summed (partial when unmeasuredNodes is not empty)")
@@ -184,33 +204,52 @@ class PowerBudgetStatus(_Status):
     observed_generation: int | None = None
 
 
+@dataclass(frozen=True)
+class GrantNotice:
+    """A job's share as its annotation notifies it (the budget's status is the record)."""
+
+    budget: str
+    watts: float | None
+    reason: str = ""
+    node: str = ""
+    sequence: int = 0
+    purpose: GrantPurpose = "train"
+
+
 def allocation_annotation(budget: str, watts: float | None, reason: str = "",
-                          node: str = "") -> str:
+                          node: str = "", sequence: int = 0,
+                          purpose: GrantPurpose = "train") -> str:
     """The job annotation carrying its share (compact JSON): the node it was granted on."""
     body: dict[str, object] = {"budget": budget, "watts": watts}
     if node and watts is not None:
         body["node"] = node
+    if sequence:
+        body["seq"] = sequence
+    if purpose != "train":
+        body["purpose"] = purpose
     if reason:
         body["reason"] = reason
     return json.dumps(body, separators=(",", ":"))
 
 
-def parse_allocation(text: str | None) -> tuple[str, float | None, str] | None:
-    """(budget, watts or None, reason) from the annotation; None when absent or unreadable."""
+def parse_allocation(text: str | None) -> GrantNotice | None:
+    """The notice in the annotation; None when absent or unreadable."""
     if not text:
         return None
     try:
         body = json.loads(text)
         watts = body.get("watts")
-        return (str(body["budget"]), None if watts is None else float(watts),
-                str(body.get("reason", "")))
+        purpose = body.get("purpose", "train")
+        return GrantNotice(
+            budget=str(body["budget"]), watts=None if watts is None else float(watts),
+            reason=str(body.get("reason", "")), node=str(body.get("node") or ""),
+            sequence=int(body.get("seq", 0)),
+            purpose="profile" if purpose == "profile" else "train")
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def allocation_node(text: str | None) -> str:
     """The node a share was granted on ("" when none or unreadable)."""
-    try:
-        return str(json.loads(text or "{}").get("node") or "")
-    except (ValueError, AttributeError):
-        return ""
+    notice = parse_allocation(text)
+    return notice.node if notice is not None else ""

@@ -54,6 +54,7 @@ def budget_spec_schema() -> dict[str, Any]:
 BUDGET_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Cap W", "type": "number", "jsonPath": ".status.capWatts"},
     {"name": "Planned W", "type": "number", "jsonPath": ".status.plannedWatts"},
+    {"name": "Authorised W", "type": "number", "jsonPath": ".status.authorisedWatts"},
     {"name": "Measured W", "type": "number", "jsonPath": ".status.measuredWatts"},
     {"name": "Idle W", "type": "number", "jsonPath": ".status.idleWatts", "priority": 1},
     {"name": "Jobs", "type": "integer", "jsonPath": ".status.jobs"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -259,6 +261,11 @@ class PowerShareStatus(_Status):
     node: str = Field(default="", description="the node the share was asked for")
     device_model: str = ""
     watts: float | None = Field(default=None, description="granted W; null: waiting")
+    purpose: Literal["train", "profile"] = Field(
+        default="train", description="what the share is asked for: a training plan, or the"
+        " ceiling of a profiling sweep")
+    sequence: int = Field(default=0, ge=0, description="the grant sequence acknowledged: the"
+                          " job plans, and its pods run, only under that grant")
 
 
 class PowerAwareTrainingJobStatus(_Status):

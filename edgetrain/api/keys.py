@@ -5,7 +5,9 @@ One place so the operator, the node agent, the virtual nodes and the chart's use
 
 from __future__ import annotations
 
-# ---- Nodes (set by the node agent on a Jetson, or by `edgetrain cluster up` on virtual nodes)
+# ---- Nodes. On a Jetson the node agent sets them from what it reads on the device: the chart's
+# detect step (any arm64 node) sets the device model, the board's agent the rest, node-kind
+# last; `edgetrain cluster up` sets them on virtual nodes unless they start bare (--bare).
 LABEL_DEVICE_MODEL = "edgetrain.io/device-model"
 LABEL_L4T = "edgetrain.io/l4t"
 LABEL_JETPACK = "edgetrain.io/jetpack"
@@ -13,7 +15,17 @@ LABEL_NODE_KIND = "edgetrain.io/node-kind"  # jetson | server | idle
 LABEL_VIRTUAL = "edgetrain.io/virtual"  # "true" on every node edgetrain simulates
 ANNOTATION_GPU_FREQUENCIES_HZ = "edgetrain.io/gpu-frequencies-hz"
 ANNOTATION_SIMULATED = "edgetrain.io/simulated"
-ANNOTATION_NODE_AGENT = "edgetrain.io/node-agent"
+ANNOTATION_NODE_AGENT = "edgetrain.io/node-agent"  # "running" once the board's agent labelled
+# The devicetree model string the detect step read ("" where the node has no device tree), so
+# `edgetrain doctor` can say why an arm64 node is not a Jetson.
+ANNOTATION_DEVICE_TREE_MODEL = "edgetrain.io/device-tree-model"
+# Set by you: keeps every edgetrain node agent (detect step included) off this node.
+LABEL_NODE_AGENT_OPT_OUT = "edgetrain.io/node-agent"
+NODE_AGENT_DISABLED = "disabled"
+# Well-known labels and resources edgetrain reads.
+LABEL_ARCH = "kubernetes.io/arch"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
 ANNOTATION_VNODE_DIR = "edgetrain.io/vnode-dir"  # a virtual node's working folder
 
 # The chart's node-agent pods (templates/agent.yaml) and how Prometheus finds their endpoint:
@@ -24,6 +36,7 @@ ANNOTATION_PROMETHEUS_PATH = "prometheus.io/path"
 
 NODE_KIND_SERVER = "server"
 NODE_KIND_JETSON = "jetson"
+NODE_KIND_IDLE = "idle"  # kwok scale nodes: never a Jetson or a server
 
 # ---- Objects the operator creates for a job (Jobs, ConfigMaps)
 LABEL_JOB = "edgetrain.io/job"
@@ -47,6 +60,8 @@ JOB_LABELS = (LABEL_JOB, "batch.kubernetes.io/job-name", "job-name")
 # ---- On a training pod: the frequency the node agent pins, and the limit its guard holds.
 ANNOTATION_GPU_FREQUENCY_HZ = "edgetrain.io/gpu-frequency-hz"
 ANNOTATION_POWER_LIMIT_WATTS = "edgetrain.io/power-limit-watts"
+# On a training or profiling pod under a site budget: the grant sequence it runs under.
+ANNOTATION_POWER_GRANT_SEQUENCE = "edgetrain.io/power-grant-sequence"
 # The rest of a full power mode (plans from predicted profiles): all three or none.
 ANNOTATION_CPU_CORES = "edgetrain.io/cpu-cores"
 ANNOTATION_CPU_FREQUENCY_HZ = "edgetrain.io/cpu-frequency-hz"

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "worker": ("edgetrain.cli.operator", "worker_command",
                {"context_settings": {"allow_interspersed_args": False}}),
     "node-agent": ("edgetrain.cli.node_agent", "node_agent_command", {}),
+    "doctor": ("edgetrain.cli.doctor", "doctor_command", {}),
 }
 # name -> (module whose `app` is the group, modules that add commands to it)
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edgetrain import __version__
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND, LABEL_VIRTUAL
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
 from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
@@ -65,8 +65,13 @@ def _counts(text: str) -> dict[str, int]:
 REAL_SERVER_NAME = "gpu-server-0"
 
 
+VNODE_PREFIX = "vnode"
+
+
 def _virtual_nodes(client: KubeClient) -> list[Obj]:
-    return list(client.get("/api/v1/nodes", labelSelector=f"{LABEL_VIRTUAL}=true")["items"])
+    """The nodes `cluster up`'s vnodes process runs, by name: bare ones carry no label of ours."""
+    return [n for n in client.get("/api/v1/nodes")["items"]
+            if str(n["metadata"]["name"]).startswith(f"{VNODE_PREFIX}-")]
 
 
 def _all_nodes(client: KubeClient) -> list[Obj]:
@@ -117,6 +122,10 @@ def up(
         help="Project images to copy from podman into the real node's containerd, e.g. "
              "operator,node-agent,estimator.")] = ",".join(CORE_IMAGES),
     idle: Annotated[int, typer.Option(help="Idle kwok nodes (scale).")] = 0,
+    bare: Annotated[bool, typer.Option(
+        help="Register every node with only the kubelet's labels (hostname, os, arch), as a "
+             "fresh K3s node: edgetrain's labels then come from the chart's node agents "
+             "(docs/install.md).")] = False,
     dir: DirOpt = None,
     timeout_s: Annotated[float, typer.Option(help="Readiness timeout per step.")] = 180.0,
 ) -> None:
@@ -150,16 +159,15 @@ def up(
     if expected and (vnodes is None or not vnodes.alive()):
         argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
                 str(cluster.kubeconfig), "--cluster-pki", str(cluster.pki.dir),
-                "--jetson", jetson, "--server", str(virtual_servers),
-                "--work-dir", str(run_dir / "vnodes")]
+                "--jetson", jetson, "--server", str(virtual_servers), "--prefix", VNODE_PREFIX,
+                "--work-dir", str(run_dir / "vnodes"), *(["--bare"] if bare else [])]
         proc = ManagedProcess("vnodes", argv, cluster.log_path("vnodes"), detached=True).start()
         cluster.adopt("vnodes", proc)
         with cluster.client() as client:
             deadline = time.monotonic() + timeout_s
             while True:
                 proc.check()
-                nodes = [n for n in _virtual_nodes(client)
-                         if n["metadata"]["labels"].get(LABEL_NODE_KIND) != "idle"]
+                nodes = _virtual_nodes(client)
                 if sum(node_schedulable(n) for n in nodes) >= expected:
                     break
                 if time.monotonic() > deadline:
@@ -168,7 +176,7 @@ def up(
                     raise typer.Exit(1)
                 time.sleep(0.5)
     if net is not None:
-        _start_real_node(cluster, net, images, timeout_s)
+        _start_real_node(cluster, net, images, timeout_s, bare)
     if idle:
         with cluster.client() as client:
             create_idle_nodes(client, idle)
@@ -181,9 +189,9 @@ def up(
 
 
 def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeout_s: float,
-                     ) -> None:
+                     bare: bool = False) -> None:
     node = RealNode(cluster.run_dir, REAL_SERVER_NAME, net, cluster.ports["apiserver"],
-                    server_labels(REAL_SERVER_NAME))
+                    server_labels(REAL_SERVER_NAME, bare=bare))
     started = time.monotonic()
     try:
         node.start(timeout_s)
@@ -279,6 +287,9 @@ def vnodes(
     preload: Annotated[bool, typer.Option(
         help="Fork `edgetrain` containers from one interpreter that imported torch (6 s less "
              "per pod); --no-preload starts each as a new process.")] = True,
+    bare: Annotated[bool, typer.Option(
+        help="Register the nodes with only hostname, os and arch labels (a fresh K3s node); "
+             "the chart's node agents label the Jetsons.")] = False,
 ) -> None:
     """Attach virtual Jetson nodes to a cluster (ours, kind, k3s) and run their pods locally."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -287,7 +298,7 @@ def vnodes(
     except KubeconfigError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    specs = node_specs(_counts(jetson), server, prefix)
+    specs = node_specs(_counts(jetson), server, prefix, bare=bare)
     for path in shared_dir or []:
         try:
             prepare_shared_dir(path)

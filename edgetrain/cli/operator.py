@@ -25,9 +25,13 @@ def operator_command(
         list[str] | None,
         typer.Option("--namespace", "-n", help="Watch this namespace (repeat); default all."),
     ] = None,
-    image: Annotated[str | None, typer.Option(help="Image of the worker pods.")] = None,
+    estimator_image: Annotated[str | None, typer.Option(
+        help="Image of the estimate pods (GPU servers).")] = None,
+    trainer_image: Annotated[str | None, typer.Option(
+        help="Image of the profile and train pods (Jetsons).")] = None,
     server_selector: Annotated[
-        str | None, typer.Option(help="GPU-server node labels k=v[,k=v] (proxy estimation).")
+        str | None, typer.Option(help="Labels k=v[,k=v] every GPU server must carry besides "
+                                      "nvidia.com/gpu or edgetrain.io/node-kind=server.")
     ] = None,
     retry_limit: Annotated[int | None, typer.Option(help="Retries per phase.")] = None,
     retry_backoff: Annotated[float | None, typer.Option(help="First retry delay (s).")] = None,
@@ -56,7 +60,8 @@ def operator_command(
 
     flags = {
         "NAMESPACES": ",".join(namespace) if namespace else None,
-        "IMAGE": image,
+        "ESTIMATOR_IMAGE": estimator_image,
+        "TRAINER_IMAGE": trainer_image,
         "SERVER_SELECTOR": server_selector,
         "RETRY_LIMIT": retry_limit,
         "RETRY_BACKOFF_S": retry_backoff,

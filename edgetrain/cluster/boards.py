@@ -9,6 +9,7 @@ from typing import Literal
 from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCIES_HZ,
     ANNOTATION_SIMULATED,
+    GPU_RESOURCE,
     LABEL_DEVICE_MODEL,
     LABEL_JETPACK,
     LABEL_L4T,
@@ -16,8 +17,6 @@ from edgetrain.api.keys import (
     LABEL_VIRTUAL,
 )
 from edgetrain.device.sim.boards import BOARDS
-
-GPU_RESOURCE = "nvidia.com/gpu"
 
 NodeKind = Literal["jetson", "server"]
 
@@ -47,12 +46,17 @@ class NodeProfile:
         major = (self.l4t or "").split(".")[0]
         return f"Ubuntu {ubuntu.get(major, '')} (L4T R{self.l4t}, simulated)"
 
-    def labels(self, node_name: str) -> dict[str, str]:
-        """Node labels (well-known ones plus edgetrain's)."""
+    def labels(self, node_name: str, bare: bool = False) -> dict[str, str]:
+        """Node labels (well-known ones plus edgetrain's). `bare`: only what a fresh K3s node's
+        kubelet sets (hostname, os, arch); edgetrain's then come from its node agent."""
         out = {
             "kubernetes.io/hostname": node_name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": self.arch,
+        }
+        if bare:
+            return out
+        out |= {
             "node.kubernetes.io/instance-type": self.board,
             LABEL_DEVICE_MODEL: self.board,
             LABEL_NODE_KIND: self.kind,
@@ -64,10 +68,11 @@ class NodeProfile:
             out[LABEL_JETPACK] = self.jetpack
         return out
 
-    def annotations(self) -> dict[str, str]:
-        """Node annotations: GPU frequency table, and the honesty marker."""
+    def annotations(self, bare: bool = False) -> dict[str, str]:
+        """Node annotations: GPU frequency table (not on a bare node: its agent sets it), and
+        the honesty marker."""
         out = {ANNOTATION_SIMULATED: "true"}
-        if self.gpu_freqs_hz:
+        if self.gpu_freqs_hz and not bare:
             out[ANNOTATION_GPU_FREQUENCIES_HZ] = ",".join(str(f) for f in self.gpu_freqs_hz)
         return out
 

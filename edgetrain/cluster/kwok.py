@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from edgetrain.api.keys import LABEL_NODE_KIND, LABEL_VIRTUAL
-from edgetrain.cluster.boards import GPU_RESOURCE, profile
+from edgetrain.api.keys import GPU_RESOURCE, LABEL_NODE_KIND, LABEL_VIRTUAL
+from edgetrain.cluster.boards import profile
 from edgetrain.kube import KubeApiError, KubeClient, Obj, node_ready
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

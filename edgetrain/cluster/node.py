@@ -88,8 +88,8 @@ class VirtualNode:
             "kind": "Node",
             "metadata": {
                 "name": self.name,
-                "labels": prof.labels(self.name),
-                "annotations": {**prof.annotations(),
+                "labels": prof.labels(self.name, self.spec.bare),
+                "annotations": {**prof.annotations(self.spec.bare),
                                 ANNOTATION_VNODE_DIR: str(self.dir),
                                 "node.alpha.kubernetes.io/ttl": "0"},
             },

@@ -54,17 +54,21 @@ class VNodeSpec:
 
     name: str
     profile: NodeProfile
+    # Registered with only the kubelet's own labels (hostname, os, arch), as a fresh K3s node:
+    # edgetrain's labels must then come from the chart's node agents. A server still reports
+    # its nvidia.com/gpu capacity (on a real one, the NVIDIA device plugin's doing).
+    bare: bool = False
 
 
 def node_specs(counts: Mapping[str, int], servers: int = 0, prefix: str = "vnode",
-               ) -> list[VNodeSpec]:
+               bare: bool = False) -> list[VNodeSpec]:
     """Named specs: <prefix>-<board>-<i> for each board count, <prefix>-gpu-server-<i>."""
     out: list[VNodeSpec] = []
     for board, count in counts.items():
         prof = profile(board)
-        out += [VNodeSpec(f"{prefix}-{prof.board}-{i}", prof) for i in range(count)]
+        out += [VNodeSpec(f"{prefix}-{prof.board}-{i}", prof, bare) for i in range(count)]
     server = profile("server")
-    out += [VNodeSpec(f"{prefix}-{server.board}-{i}", server) for i in range(servers)]
+    out += [VNodeSpec(f"{prefix}-{server.board}-{i}", server, bare) for i in range(servers)]
     return out
 
 

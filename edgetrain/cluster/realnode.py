@@ -335,9 +335,12 @@ imports = []
         return out
 
 
-def server_labels(name: str, board: str = "gpu-server") -> dict[str, str]:
+def server_labels(name: str, board: str = "gpu-server", bare: bool = False,
+                  ) -> dict[str, str]:
     """What the kubelet registers itself with: edgetrain's labels of a server node (no
-    `virtual`: this one is not)."""
+    `virtual`: this one is not); none when bare (the kubelet's own only)."""
+    if bare:
+        return {}
     return {LABEL_NODE_KIND: "server", LABEL_DEVICE_MODEL: board,
             "node.kubernetes.io/instance-type": board}
 

@@ -41,6 +41,7 @@ class BoardIdentity(BaseModel):
     board_id: str | None  # edgetrain slug, e.g. jetson-nano
     soc: str | None  # last `compatible` entry, e.g. tegra210
     l4t: str | None  # e.g. 32.7.1
+    jetpack: str | None = None  # from the L4T release (jetpack_for_l4t), e.g. 4.6.1
 
 
 def _first_readable(root: Path, candidates: tuple[str, ...]) -> str | None:
@@ -49,6 +50,14 @@ def _first_readable(root: Path, candidates: tuple[str, ...]) -> str | None:
             return (root / rel).read_bytes().decode("utf-8", errors="replace")
         except OSError:
             continue
+    return None
+
+
+def _first_readable_of(dirs: tuple[Path, ...], name: str) -> str | None:
+    for d in dirs:
+        text = _first_readable(d, (name,))
+        if text is not None:
+            return text
     return None
 
 
@@ -67,12 +76,34 @@ def parse_l4t_release(text: str) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def detect_board(root: str | os.PathLike[str] | None = None) -> BoardIdentity:
-    """Read devicetree model/compatible and nv_tegra_release under the root."""
+# L4T release → JetPack release, from NVIDIA's JetPack archive (developer.nvidia.com/embedded/
+# jetpack-archive). One L4T release ships in one JetPack; a release not listed gets no JetPack.
+_JETPACK_OF_L4T = {
+    "32.6.1": "4.6", "32.7.1": "4.6.1", "32.7.2": "4.6.2", "32.7.3": "4.6.3",
+    "32.7.4": "4.6.4", "32.7.5": "4.6.5", "32.7.6": "4.6.6",
+    "35.1.0": "5.0.2", "35.2.1": "5.1", "35.3.1": "5.1.1", "35.4.1": "5.1.2",
+    "35.5.0": "5.1.3", "35.6.0": "5.1.4",
+    "36.3.0": "6.0", "36.4.0": "6.1", "36.4.3": "6.2", "36.4.4": "6.2.1",
+    "38.2.0": "7.0",
+}
+
+
+def jetpack_for_l4t(l4t: str | None) -> str | None:
+    """The JetPack release of an L4T release ('36.4.3' -> '6.2'); None if not known."""
+    return _JETPACK_OF_L4T.get(l4t or "")
+
+
+def detect_board(root: str | os.PathLike[str] | None = None,
+                 device_tree: str | os.PathLike[str] | None = None) -> BoardIdentity:
+    """Read devicetree model/compatible and nv_tegra_release under the root. `device_tree`: a
+    directory holding the devicetree's `model` and `compatible`, read first (in a container
+    the runtime masks /sys/firmware, so the chart mounts the host's elsewhere)."""
     base = resolve_root(root)
-    raw_model = _first_readable(base, MODEL_FILES)
+    first = (Path(device_tree),) if device_tree is not None else ()
+    raw_model = _first_readable_of(first, "model") or _first_readable(base, MODEL_FILES)
     model = raw_model.rstrip("\x00\n ") if raw_model else None
-    raw_compat = _first_readable(base, COMPATIBLE_FILES)
+    raw_compat = (_first_readable_of(first, "compatible")
+                  or _first_readable(base, COMPATIBLE_FILES))
     soc = None
     if raw_compat:
         entries = [e for e in raw_compat.split("\x00") if e.strip()]
@@ -82,7 +113,8 @@ def detect_board(root: str | os.PathLike[str] | None = None) -> BoardIdentity:
     except OSError:
         l4t = None
     return BoardIdentity(
-        model=model, board_id=board_id_from_model(model) if model else None, soc=soc, l4t=l4t
+        model=model, board_id=board_id_from_model(model) if model else None, soc=soc, l4t=l4t,
+        jetpack=jetpack_for_l4t(l4t),
     )
 
 

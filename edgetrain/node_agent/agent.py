@@ -17,13 +17,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from edgetrain.api.keys import (
-    ANNOTATION_GPU_FREQUENCIES_HZ,
-    ANNOTATION_NODE_AGENT,
-    LABEL_DEVICE_MODEL,
-    LABEL_L4T,
-)
 from edgetrain.device import (
+    BoardIdentity,
     DeviceError,
     GpuDevfreq,
     PowerSampler,
@@ -37,6 +32,7 @@ from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import BOARDS
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, wait_for_stop_signal
 from edgetrain.node_agent import kube as k
+from edgetrain.node_agent.detect import agent_labels
 from edgetrain.node_agent.logic import (
     Desired,
     EventDeduper,
@@ -73,6 +69,7 @@ class AgentConfig:
     tick_s: float = 0.5
     power_backend: str = "auto"
     label_node: bool = True
+    device_tree: Path | None = None  # the host's devicetree directory (chart: a mount)
 
 
 # An Event to post once a pass has written everything: (pod, reason, message, type).
@@ -132,7 +129,7 @@ class NodeAgent:
                                     history_s=max(120.0, 4 * self.config.guard_window_s)).start()
         self.state = load_state(self.config.state_file)
         self.state.node = self.node
-        board = detect_board(self.root)
+        board = detect_board(self.root, self.config.device_tree)
         self.board_id = board.board_id
         spec = BOARDS.get(board.board_id or "")
         if spec is not None:  # boards whose CPU/EMC controls edgetrain knows (jetson-facts.md)
@@ -146,7 +143,7 @@ class NodeAgent:
             self.metrics.freq_table.labels(self.node, str(i)).set(f)
         self._serve_http()
         if self.config.label_node:
-            self._label_node(board.board_id, board.l4t)
+            self._label_node(board)
         self._list_pods()
         self._tick()  # restore a leaked pin or re-apply a held one before anything else
         self._synced = True  # ready only now: /readyz must not answer before that restore
@@ -182,14 +179,9 @@ class NodeAgent:
 
     # --- API server ---
 
-    def _label_node(self, board_id: str | None, l4t: str | None) -> None:
-        labels = {LABEL_DEVICE_MODEL: board_id or "unknown"}
-        if l4t:
-            labels[LABEL_L4T] = l4t
-        annotations = {
-            ANNOTATION_GPU_FREQUENCIES_HZ: ",".join(str(f) for f in self.table),
-            ANNOTATION_NODE_AGENT: "running",
-        }
+    def _label_node(self, board: BoardIdentity) -> None:
+        """Everything the operator reads of a Jetson, from the device, in one patch."""
+        labels, annotations = agent_labels(board, self.table)
         k.label_node(self.client, self.node, labels, annotations)
         self._labelled = True
 

@@ -1,12 +1,15 @@
 """kopf handlers of PowerBudgets: a loop per budget, thin over `budget.decide_budget`.
 
 Each loop gathers the site's nodes (the fleet watch), the jobs that asked for a share (a kopf
-index on the jobs' `status.powerShare`), their profiles and efficiency vectors (cache
-ConfigMaps, read once by name: their content never changes under a name), decides, writes the
-grants as job annotations (waking those jobs), the budget's status, its Events and metrics.
-It runs when a job with a share changes, when the budget is edited, at each schedule step and
-every poll interval. It also reads the site's measured draw from the node agents' /metrics (as
-Prometheus does), at most once per poll interval per budget, however many jobs wake it.
+index on the jobs' `status.powerShare`, with the grant sequence each echoes), their profiles
+and efficiency vectors (cache ConfigMaps, read once by name: their content never changes under
+a name), then fresh from the API server the budget itself (its status holds the grants issued)
+and the site's worker pods that have not ended, decides, writes the budget's status with a
+resourceVersion precondition (a conflict: read again, decide again), and only then notifies the
+grants as job annotations (waking those jobs), posts its Events and sets its metrics. It runs
+when a job with a share changes, when the budget is edited, at each schedule step and every poll
+interval. It also reads the site's measured draw from the node agents' /metrics (as Prometheus
+does), at most once per poll interval per budget, however many jobs wake it.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import contextvars
 import functools
 import logging
 import math
-import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,8 @@ from edgetrain.operator.budget_measure import (
     power_reading,
 )
 from edgetrain.operator.budget_metrics import BUDGET_METRICS
+from edgetrain.operator.grants import PodLimit, pod_limits
+from edgetrain.operator.manifests import LABEL_MANAGED, MANAGER
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.wake import sleep_or_wake
 from edgetrain.planner import Lut
@@ -58,14 +63,12 @@ from edgetrain.planner.budget import JobOptions, job_options
 log = logging.getLogger("edgetrain.operator")
 _wakes: dict[str, asyncio.Event] = {}
 _loops: dict[str, asyncio.AbstractEventLoop] = {}
-_memo_lock = threading.Lock()
-# (namespace, job) → (annotation the index showed, annotation written): the index trails our
-# own writes, and a loop that read its old grant would count the job's power twice or not at all.
-_written: dict[tuple[str, str], tuple[str | None, str]] = {}
 # (namespace, ConfigMap) → its data: cache entries never change under one name.
 _configmaps: dict[tuple[str, str], dict[str, str]] = {}
 MAX_CACHED_CONFIGMAPS = 256
 SCRAPE_TIMEOUT_S = 2.0
+# A step whose status write meets a newer budget reads and decides again, this many times.
+CONFLICT_RETRIES = 5
 # budget → (monotonic time of its last reading, its nodes, the reading, when (RFC 3339, µs)).
 _measured: dict[str, tuple[float, tuple[str, ...], MeasuredDraw, str]] = {}
 
@@ -85,8 +88,8 @@ class JobRecord:
     annotation: str | None
     efficiency_cm: str | None
     profile_cm: str | None
-    running_limit_w: float | None
-    running_power_w: float | None
+    acknowledged: int
+    purpose: str
     training_node: str | None
 
 
@@ -131,22 +134,16 @@ async def edgetrain_budget_jobs(body: kopf.Body, namespace: str | None, name: st
         annotation=(body.metadata.annotations or {}).get(ANNOTATION_POWER_ALLOCATION),
         efficiency_cm=(status.get("efficiency") or {}).get("configMap"),
         profile_cm=profile,
-        running_limit_w=sel.get("powerLimitWatts") if training else None,
-        running_power_w=sel.get("powerWatts") if training else None,
+        acknowledged=int(share.get("sequence") or 0),
+        purpose="profile" if share.get("purpose") == "profile" else "train",
         training_node=sel.get("node") if training else None,
     )}
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="wake-budgets")
-async def wake_on_job_change(type: str | None, body: kopf.Body, namespace: str | None,
-                             name: str | None, **_: Any) -> None:
-    """A job with a share changed (phase, plan, end): its budget re-allocates. A deleted or
-    finished job's memo goes (an operator running for months must not grow with every job)."""
-    status = body.get("status") or {}
-    if type == "DELETED" or status.get("phase") in (Phase.succeeded.value, Phase.failed.value):
-        with _memo_lock:
-            _written.pop((namespace or "", name or ""), None)
-    if status.get("powerShare"):
+async def wake_on_job_change(body: kopf.Body, **_: Any) -> None:
+    """A job with a share changed (phase, plan, echo, end): its budget re-allocates."""
+    if (body.get("status") or {}).get("powerShare"):
         wake_budgets()
 
 
@@ -226,17 +223,42 @@ def _options(kube: KubeClient, rec: JobRecord) -> JobOptions | None:
         return None
 
 
-def _annotation(rec: JobRecord) -> str | None:
-    with _memo_lock:
-        memo = _written.get((rec.namespace, rec.name))
-    if memo is not None and rec.annotation == memo[0]:
-        return memo[1]
-    return rec.annotation
+def site_pods(kube: KubeClient, nodes: Collection[str]) -> list[PodLimit]:
+    """The worker pods on `nodes` that have not ended, each at its power limit, fresh from the
+    API server (a watch may not show a pod created a moment ago)."""
+    items = kube.get(api_path("v1", "pods"), labelSelector=f"{LABEL_MANAGED}={MANAGER}")["items"]
+    return pod_limits(items, nodes)
+
+
+def _gone(kube: KubeClient, previous: PowerBudgetStatus, jobs: list[BudgetJob]) -> set[str]:
+    """The jobs the budget holds a record of that the index does not show and that no longer
+    exist (read by name: a job that only stopped asking may still plan under its notice)."""
+    shown = {j.key for j in jobs}
+    out: set[str] = set()
+    for alloc in previous.allocations:
+        key = f"{alloc.namespace}/{alloc.name}"
+        if key in shown or alloc.held_watts is None:
+            continue
+        if kube.get_or_none(api_path(API_VERSION, PLURAL, alloc.namespace, alloc.name)) is None:
+            out.add(key)
+    return out
 
 
 def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
     """One allocation of budget `name`; returns how long to sleep at most."""
     kube = hd.reconciler().kube
+    for _ in range(CONFLICT_RETRIES):
+        wait = _allocate(kube, body, name, kwargs)
+        if wait is not None:
+            return wait
+    log.info("PowerBudget %s: its status kept changing under the step; trying on the next"
+             " wake", name)
+    return hd.SETTINGS.poll_interval_s
+
+
+def _allocate(kube: KubeClient, body: kopf.Body, name: str, kwargs: dict[str, Any],
+              ) -> float | None:
+    """One decision and its writes; None when the budget changed under it (decide again)."""
     try:
         spec = PowerBudgetSpec.model_validate(dict(body.spec))
     except ValidationError as exc:
@@ -244,24 +266,42 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
         where = "spec." + ".".join(str(p) for p in err["loc"])
         _write_status(kube, name, {"message": fit_string(f"{where}: {err['msg']}")})
         return hd.SETTINGS.poll_interval_s
-    previous = PowerBudgetStatus.model_validate(dict(body.status or {}))
     fleet = hd.FLEET if hd.FLEET is not None else {}
     nodes = [n for store in list(fleet.values()) for n in store]
     budgets = kwargs.get("edgetrain_budgets", {})
     others = {str(k): sel for k, store in list(budgets.items()) for sel in store}
+    # The jobs' echoes first, then the record and the pods fresh: every echo seen is then no
+    # newer than the pods seen, so a pod started under an older grant is never missed.
     records = list((kwargs.get("edgetrain_budget_jobs") or {}).get(name, ()))
+    current = kube.get_or_none(api_path(API_VERSION, BUDGET_PLURAL, name=name))
+    if current is None:
+        return hd.SETTINGS.poll_interval_s  # deleted: the daemon stops
+    previous = PowerBudgetStatus.model_validate(dict(current.get("status") or {}))
+    spec = PowerBudgetSpec.model_validate(dict(current.get("spec") or body.spec))
+    node_names = [n.name for n in nodes if spec.node_selector.matches(n.label_map)]
+    pods = site_pods(kube, node_names)
     jobs = [BudgetJob(namespace=r.namespace, name=r.name, phase=Phase(r.phase),
-                      node=job_node(name, r.node, _annotation(r), r.training_node),
-                      own_limit_w=r.own_limit_w, created=r.created, annotation=_annotation(r),
-                      running_limit_w=r.running_limit_w, running_power_w=r.running_power_w,
+                      node=job_node(name, r.node, r.annotation, r.training_node),
+                      own_limit_w=r.own_limit_w, created=r.created, annotation=r.annotation,
+                      acknowledged=r.acknowledged,
+                      purpose="profile" if r.purpose == "profile" else "train",
                       options=_options(kube, r) if not Phase(r.phase).final else None,
                       device_model=r.device_model)
             for r in records]
     now = time.time()
     decision = decide_budget(
-        name, spec, previous, generation=body.metadata.get("generation"),
+        name, spec, previous, generation=current["metadata"].get("generation"),
         seconds_of_day=now % 86_400, nodes=nodes,
-        node_idle_w={n.name: _idle_w(n) for n in nodes}, others=others, jobs=jobs)
+        node_idle_w={n.name: _idle_w(n) for n in nodes}, others=others, jobs=jobs, pods=pods,
+        gone=_gone(kube, previous, jobs))
+    measured, measured_at = _measure(kube, name, decision.status.nodes)
+    status = decision.status.model_copy(update={
+        "measured_watts": measured.watts, "measured_at": measured_at,
+        "unmeasured_nodes": list(measured.missing)})
+    # The record first, on the version read: a grant is notified only once it is recorded.
+    if not _write_status(kube, name, status.model_dump(mode="json", by_alias=True),
+                         resource_version=current["metadata"]["resourceVersion"]):
+        return None
     by_key = {(j.namespace, j.name): j for j in jobs}
     for write in decision.writes:
         path = api_path(API_VERSION, PLURAL, write.namespace, write.name)
@@ -272,19 +312,9 @@ def budget_step(body: kopf.Body, name: str, kwargs: dict[str, Any]) -> float:
             if exc.code != 404:
                 raise
             continue
-        before = by_key[(write.namespace, write.name)]
-        raw = next((r.annotation for r in records
-                    if (r.namespace, r.name) == (write.namespace, write.name)), None)
-        with _memo_lock:
-            _written[(write.namespace, write.name)] = (raw, write.text)
         hd.WAKEUPS.job_changed((write.namespace, str(patched["metadata"]["uid"])))
         log.info("PowerBudget %s: %s/%s share %s (was %s)", name, write.namespace,
-                 write.name, write.text, before.annotation)
-    measured, measured_at = _measure(kube, name, decision.status.nodes)
-    status = decision.status.model_copy(update={
-        "measured_watts": measured.watts, "measured_at": measured_at,
-        "unmeasured_nodes": list(measured.missing)})
-    _write_status(kube, name, status.model_dump(mode="json", by_alias=True))
+                 write.name, write.text, by_key[(write.namespace, write.name)].annotation)
     for kind, reason, message in decision.events:
         kopf.event(body, type=kind, reason=reason, message=fit_string(message, 1000))
         log.log(logging.WARNING if kind == "Warning" else logging.INFO, "PowerBudget %s %s: %s",
@@ -334,10 +364,21 @@ def _scrape(node: str, url: str) -> float | None:
         return None
 
 
-def _write_status(kube: KubeClient, name: str, status: dict[str, Any]) -> None:
+def _write_status(kube: KubeClient, name: str, status: dict[str, Any],
+                  resource_version: str | None = None) -> bool:
+    """Merge-patch the budget's status; with `resource_version`, only onto that version
+    (False on a conflict: the caller reads again). Other refusals are logged and raised."""
+    body: dict[str, Any] = {"status": status}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
     try:
         kube.patch(api_path(API_VERSION, BUDGET_PLURAL, name=name, subresource="status"),
-                   {"status": status}, "merge")
+                   body, "merge")
     except KubeApiError as exc:
+        if exc.code == 409 and resource_version is not None:
+            return False
         log.warning("PowerBudget %s: status not written (HTTP %s: %s)", name, exc.code,
                     fit_string(str(exc), 300))
+        if resource_version is not None:
+            raise
+    return True

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 
 from edgetrain.api.budget import (
     ANNOTATION_POWER_ALLOCATION,
+    GrantNotice,
+    GrantPurpose,
     allocation_node,
     parse_allocation,
 )
@@ -48,6 +50,7 @@ from edgetrain.operator import estimate_parts as ep
 from edgetrain.operator import history as hist
 from edgetrain.operator import manifests as mf
 from edgetrain.operator import phases as ph
+from edgetrain.operator import roles
 from edgetrain.operator.blocked import worker_blocked
 from edgetrain.operator.phases import apply_progress, infeasible_message
 from edgetrain.operator.settings import OperatorSettings
@@ -323,6 +326,8 @@ class _Step:
             if other:
                 status.message = f"waiting for {other}, which estimates the same vector"
                 return
+            if self.refused(roles.estimator_refusal(world.servers, self.settings)):
+                return
             width = ep.parallelism(world.servers, spec, self.settings)
             body = em.estimate_job(world.job, spec, self.settings, key=key,
                                    attempt=status.attempts.estimate, parallelism=width,
@@ -365,6 +370,14 @@ class _Step:
         status.message = f"estimating in job {job_name}: {verdict.progress}"
         self.stuck(job, pods, f"estimate job {job_name}")
 
+    def refused(self, refusal: str | None) -> bool:
+        """Fail the job where the phase's image cannot run on its node (roles.py), rather
+        than start a pod that cannot exec its entry point."""
+        if refusal is None:
+            return False
+        self.go(Phase.failed, "NoImageForArchitecture", refusal)
+        return True
+
     def other_producer(self, key: str) -> str | None:
         for prod in self.world.producers.get(key, ()):
             if prod.owner != self.world.uid:
@@ -397,9 +410,14 @@ class _Step:
         known = {p.key: p for p in status.profiles}
         profiles, pending = [], []
         for cand in cands:
-            key = mf.profile_key(spec, cand.device_model, cand.l4t)
-            cut = spec.power_limit_watts if spec.strategy.profiling == "frontier" else None
-            prof = ProfileStatus(device_model=cand.device_model, node=cand.nodes[0], l4t=cand.l4t,
+            swept = ph.sweep_spec(spec, status, cand.device_model)
+            key = mf.profile_key(swept, cand.device_model, cand.l4t)
+            cut = swept.power_limit_watts if spec.strategy.profiling == "frontier" else None
+            share = status.power_share
+            node = (share.node if share is not None and share.purpose == "profile"
+                    and share.watts is not None and share.device_model == cand.device_model
+                    and share.node in cand.nodes else cand.nodes[0])
+            prof = ProfileStatus(device_model=cand.device_model, node=node, l4t=cand.l4t,
                                  config_map=mf.profile_configmap_name(key), key=key,
                                  power_limit_watts=cut)
             ds_name = mf.short_name(world.name, f"profile-{mf.label_value(prof.device_model)}")
@@ -408,7 +426,8 @@ class _Step:
                 # Cached: it was there before this job waited for it.
                 prof.cached = True if prev is None else bool(prev.cached)
                 if ds_name in world.daemonsets:
-                    self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name))
+                    self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name,
+                                    foreground=status.power_share is not None))
             else:
                 pending.append((prof, ds_name))
             profiles.append(prof)
@@ -416,8 +435,11 @@ class _Step:
         waits = []
         for prof, ds_name in pending:
             other = None if ds_name in world.daemonsets else self.other_producer(prof.key)
+            budget = self.budget_of(prof.node)
             if other:  # another job is making the same LUT: use it when it is published
                 waits.append(f"waiting for {other}, which profiles the same LUT")
+            elif budget is not None and not self.sweep_granted(budget, prof, ds_name):
+                return  # a sweep on a budgeted node waits for its grant
             elif self.profile_one(prof, ds_name):
                 return
         if pending:
@@ -429,14 +451,43 @@ class _Step:
                 f"{len(profiles)} profile(s), {hits} from the cache: "
                 + ", ".join(f"{p.device_model}={p.config_map}" for p in profiles))
 
+    def sweep_granted(self, budget: str, prof: ProfileStatus, ds_name: str) -> bool:
+        """A sweep on a node under `budget` runs only under a profiling grant there (its ceiling
+        is the grant); without one, or once a newer grant replaced it, the job stops the sweep
+        and waits. True when the sweep may go on."""
+        share, notice = self.status.power_share, self.notice(budget)
+        held = (share is not None and share.purpose == "profile" and share.budget == budget
+                and share.device_model == prof.device_model and share.watts is not None)
+        if held and share is not None and (notice is None or notice.sequence == share.sequence):
+            return True
+        if ds_name in self.world.daemonsets:
+            self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name, foreground=True))
+        reason = ("a profiling sweep on a budgeted node needs a grant" if not held
+                  else "its profiling grant changed; sweeping again under the new one")
+        self.wait_for_power(budget, prof.node, prof.device_model,
+                            notice.reason if notice is not None and notice.reason else reason,
+                            "PowerWithdrawn" if held else "WaitingForPower", purpose="profile")
+        return False
+
     def profile_one(self, prof: ProfileStatus, ds_name: str) -> bool:
         """Start or watch one device model's profiling; True if the job failed."""
         status, world = self.status, self.world
         if ds_name not in world.daemonsets:
-            body = mf.profile_daemonset(world.job, self.spec, self.settings,
+            if self.refused(roles.image_refusal("trainer", world.node(prof.node),
+                                                self.settings)):
+                return True
+            share = status.power_share
+            granted = (share is not None and share.purpose == "profile"
+                       and share.device_model == prof.device_model)
+            body = mf.profile_daemonset(world.job,
+                                        ph.sweep_spec(self.spec, status, prof.device_model),
+                                        self.settings,
                                         device_model=prof.device_model, node=prof.node,
                                         l4t=prof.l4t, key=prof.key,
-                                        inject=self.inject("profile", status.attempts.profile))
+                                        inject=self.inject("profile", status.attempts.profile),
+                                        ceiling_w=share.watts if granted and share else None,
+                                        grant_sequence=share.sequence if granted and share
+                                        else None)
             self.announce("ProfilingStarted", f"profile-{ds_name}",
                           f"{prof.device_model} on {prof.node} ({ds_name})")
             self.act(Create("apps/v1", "daemonsets", body))
@@ -521,7 +572,7 @@ class _Step:
         limit_watts = spec.power_limit_watts
         budget = self.budget_of(node)
         if budget is not None:
-            watts, reason = self.granted(budget)
+            watts, reason = self.granted(budget, "train")
             if watts is None:
                 self.wait_for_power(budget, node, model, reason)
                 return
@@ -559,9 +610,12 @@ class _Step:
         return (TrainingEvent.from_line(data.get(PROGRESS_KEY) or ""),
                 TrainingEvent.from_line(data.get(RESULT_KEY) or ""))
 
-    def stop_training(self, training: TrainingStatus, progress: TrainingEvent | None) -> None:
+    def stop_training(self, training: TrainingStatus, progress: TrainingEvent | None,
+                      foreground: bool = False) -> None:
+        """Delete the training Job (`foreground`: it stays, deleting, until its pods have
+        ended, so a budget counts them through it), keep its progress."""
         if training.job:
-            self.act(Delete("batch/v1", "jobs", self.ns, training.job))
+            self.act(Delete("batch/v1", "jobs", self.ns, training.job, foreground=foreground))
         if progress is not None:
             apply_progress(training, progress)
         training.job = training.pod = None
@@ -577,24 +631,32 @@ class _Step:
         training = status.training or TrainingStatus()
         status.training = training
         progress, result = self.progress()
-        if status.power_share is not None:
-            budget = self.budget_of(sel.node)
-            watts, reason = self.granted(status.power_share.budget)
-            if budget == status.power_share.budget and watts is None:
-                self.stop_training(training, progress)
-                training.segment += 1
-                self.wait_for_power(budget, sel.node, sel.device_model or "",
-                                    f"its share was withdrawn: {reason}", "PowerWithdrawn")
-                return
-            if budget != status.power_share.budget or watts is None:
+        share = status.power_share
+        if share is not None:
+            # A node the view does not show keeps its share: only a node seen outside every
+            # budget releases it (a watch that lost the node must not lift the cap).
+            seen = world.node(sel.node) is not None
+            budget = self.budget_of(sel.node) if seen else share.budget
+            notice = self.notice(share.budget)
+            if budget != share.budget:
                 status.power_share = None  # the budget is gone: the job's own limit again
-            else:
-                status.power_share.watts = watts
+            elif notice is not None and notice.sequence != share.sequence:
+                watts = notice.watts if notice.purpose == "train" else None
+                if watts is None:
+                    self.stop_training(training, progress, foreground=True)
+                    training.segment += 1
+                    why = notice.reason or "by the budget"
+                    self.wait_for_power(share.budget, sel.node, sel.device_model or "",
+                                        f"its share was withdrawn: {why}", "PowerWithdrawn")
+                    return
+                # Echoed now: a changed grant re-plans below (the limit-change path).
+                share.watts, share.sequence = watts, notice.sequence
+            if status.power_share is not None and share.watts is not None:
                 self.spec = spec = spec.model_copy(
-                    update={"power_limit_watts": min(spec.power_limit_w, watts)})
+                    update={"power_limit_watts": min(spec.power_limit_w, share.watts)})
         # 1. The limit changed: re-plan (profiles cut at a higher limit still cover a lower one).
         if sel.power_limit_watts != spec.power_limit_watts:
-            self.stop_training(training, progress)
+            self.stop_training(training, progress, foreground=status.power_share is not None)
             training.segment += 1
             if ph.profiles_cover_limit(status.profiles, spec.power_limit_w):
                 to, why = Phase.selecting, "re-planning from the existing profiles"
@@ -667,40 +729,75 @@ class _Step:
         names = sorted(b for b, sel in self.world.budgets.items() if sel.matches(node.label_map))
         return names[0] if names else None
 
-    def granted(self, budget: str) -> tuple[float | None, str]:
-        """The watts this job's annotation grants under `budget` (None: none yet), and why not."""
-        share = parse_allocation(self.world.annotations.get(ANNOTATION_POWER_ALLOCATION))
-        if share is None or share[0] != budget:
+    def notice(self, budget: str) -> GrantNotice | None:
+        """The grant notice on this job under `budget` (None: none yet)."""
+        notice = parse_allocation(self.world.annotations.get(ANNOTATION_POWER_ALLOCATION))
+        return notice if notice is not None and notice.budget == budget else None
+
+    def granted(self, budget: str, purpose: GrantPurpose) -> tuple[float | None, str]:
+        """The watts this job's notice grants under `budget` for `purpose` (None: none yet),
+        and why not."""
+        notice = self.notice(budget)
+        if notice is None:
             return None, "not allocated yet"
-        return share[1], share[2] or ("" if share[1] is not None else "not allocated yet")
+        if notice.watts is not None and notice.purpose != purpose:
+            return None, f"asking for a {purpose} share"
+        return notice.watts, notice.reason or ("" if notice.watts is not None
+                                                 else "not allocated yet")
 
     def wait_for_power(self, budget: str, node: str, model: str, reason: str,
-                       why: str = "WaitingForPower") -> None:
-        self.status.power_share = PowerShareStatus(budget=budget, node=node, device_model=model)
+                       why: str = "WaitingForPower", purpose: GrantPurpose = "train") -> None:
+        """Ask for a share and wait. The job acts on no grant now: it echoes the last one it
+        was notified, which releases what it held once its older pods have ended."""
+        notice = self.notice(budget)
+        self.status.power_share = PowerShareStatus(
+            budget=budget, node=node, device_model=model, purpose=purpose,
+            sequence=notice.sequence if notice is not None else 0)
         self.go(Phase.waiting_for_power, why,
                 f"waiting for power from PowerBudget {budget} on {node}: {reason}")
 
-    def share_granted(self, budget: str, node: str, model: str, watts: float) -> None:
-        self.status.power_share = PowerShareStatus(budget=budget, node=node, device_model=model,
-                                                   watts=watts)
+    def share_granted(self, budget: str, node: str, model: str, watts: float,
+                      purpose: GrantPurpose = "train") -> None:
+        """Plan under the grant notified now, and echo its sequence."""
+        notice = self.notice(budget)
+        self.status.power_share = PowerShareStatus(
+            budget=budget, node=node, device_model=model, watts=watts, purpose=purpose,
+            sequence=notice.sequence if notice is not None else 0)
 
     # --- WaitingForPower ---
 
     def waiting_for_power(self) -> None:
         share = self.status.power_share
-        if share is None or self.budget_of(share.node) != share.budget:
-            self.go(Phase.selecting, "BudgetChanged", "the node's PowerBudget changed; planning")
+        seen = share is not None and self.world.node(share.node) is not None
+        if share is None or (seen and self.budget_of(share.node) != share.budget):
+            back = Phase.selecting if share is None or share.purpose == "train" \
+                else Phase.profiling
+            self.status.power_share = None  # the node is under no budget (or another) now
+            self.go(back, "BudgetChanged", "the node's PowerBudget changed; planning")
             return
-        watts, reason = self.granted(share.budget)
-        if watts is not None:
+        watts, reason = self.granted(share.budget, share.purpose)
+        notice = self.notice(share.budget)
+        if watts is not None and notice is not None:
+            if share.purpose == "profile":
+                self.share_granted(share.budget, notice.node or share.node, share.device_model,
+                                   watts, "profile")
+                self.go(Phase.profiling, "PowerGranted",
+                        f"PowerBudget {share.budget} grants a {watts:.2f} W profiling ceiling"
+                        f" on {notice.node or share.node}")
+                return
             self.go(Phase.selecting, "PowerGranted",
                     f"PowerBudget {share.budget} grants {watts:.2f} W on {share.node}")
             return
+        if notice is not None:
+            share.sequence = notice.sequence  # acting on nothing: echo the latest
         self.status.message = (f"waiting for power from PowerBudget {share.budget} on"
                                f" {share.node}: {reason}")
 
     def start_training(self, training: TrainingStatus, sel: SelectionStatus) -> None:
         status = self.status
+        if self.refused(roles.image_refusal("trainer", self.world.node(sel.node),
+                                            self.settings)):
+            return
         ckpt = training.checkpoint_dir
         if not ckpt or not ckpt.endswith(f"-b{sel.batch_size}"):
             # The trainer's checkpoints are tied to b: a new b gets a new folder.
@@ -713,13 +810,15 @@ class _Step:
             training.carried_device_seconds = training.device_seconds
             training.carried_energy_joules = training.energy_joules or 0.0
         training.attempt += 1
+        share = status.power_share
         body = mf.train_job(self.world.job, self.spec, self.settings, node=sel.node,
                             batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
                             attempt=training.attempt, ckpt_dir=ckpt, carry_from=carry,
                             inject=self.inject("train", status.attempts.train),
                             hold_release=mf.injected_hold(self.world.job, self.settings,
                                                           "train"),
-                            power_mode=ph.power_mode(sel))
+                            power_mode=ph.power_mode(sel),
+                            grant_sequence=share.sequence if share is not None else None)
         job_name = body["metadata"]["name"]
         self.announce("TrainingStarted", f"train-{training.attempt}",
                       f"job {job_name} on {sel.node} (b={sel.batch_size},"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.job import PowerAwareTrainingJobSpec
-from edgetrain.api.keys import LABEL_CACHE, LABEL_CACHE_KEY, LABEL_MODEL
+from edgetrain.api.keys import GPU_RESOURCE, LABEL_CACHE, LABEL_CACHE_KEY, LABEL_MODEL
 from edgetrain.api.workload_spec import estimate_argv, estimate_spec
 from edgetrain.kube import Obj
 from edgetrain.operator.estimate_parts import parts_configmap_name, requests_gpus, runs_of
@@ -25,7 +25,7 @@ from edgetrain.operator.manifests import (
     owned_metadata,
     short_name,
 )
-from edgetrain.operator.phases import GPU_RESOURCE
+from edgetrain.operator.roles import estimate_affinity
 from edgetrain.operator.settings import OperatorSettings
 
 # Set by the Job controller in every pod of an Indexed Job (its completion index).
@@ -109,7 +109,7 @@ def estimate_job(
     )
     uid_env = {"name": JOB_UID_ENV, "valueFrom": {"fieldRef": {
         "fieldPath": f"metadata.labels['{JOB_UID_LABEL}']"}}}
-    container = _container("estimate", settings, args, [uid_env])
+    container = _container("estimate", settings.estimator_image, args, [uid_env])
     if requests_gpus(spec, settings):
         # The GPU server's device plugin exposes its GPUs as nvidia.com/gpu (limits only).
         container["resources"] = {"limits": {GPU_RESOURCE: str(settings.estimate_gpus)}}
@@ -118,6 +118,8 @@ def estimate_job(
         container,
         "Never",
         nodeSelector=dict(settings.server_selector),
+        # Never a Jetson, and only an architecture the estimator image has a member for.
+        affinity=estimate_affinity(settings),
         # Soft: with one server (or all others full) the pods still run, one after another.
         topologySpreadConstraints=[{
             "maxSkew": 1,

@@ -25,6 +25,7 @@ from edgetrain.api.efficiency import (
     vector_from_runs,
 )
 from edgetrain.api.job import PowerAwareTrainingJobSpec
+from edgetrain.operator import roles
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.settings import OperatorSettings
 
@@ -56,7 +57,8 @@ def server_capacity(
 ) -> int:
     """How many estimate pods the Ready GPU servers hold at once: the GPUs each allocates over
     the GPUs a pod requests, summed (one pod per server when the pods request none)."""
-    ready = [s for s in servers if s.schedulable]
+    # The operator lists nodes by the serverSelector alone: only GPU servers count here.
+    ready = [s for s in roles.servers(servers, settings) if s.schedulable]
     if not requests_gpus(spec, settings):
         return len(ready)
     return sum(s.allocatable_gpus // settings.estimate_gpus for s in ready)

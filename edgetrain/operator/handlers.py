@@ -29,7 +29,7 @@ from edgetrain.api.keys import (
 )
 from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
 from edgetrain.operator import manifests as mf
-from edgetrain.operator.decide import awaited_configmaps
+from edgetrain.operator.decide import awaited_configmaps, parse_status
 from edgetrain.operator.fleet import FleetWatch
 from edgetrain.operator.informer import TrainingWatch
 from edgetrain.operator.phases import job_finished
@@ -204,34 +204,88 @@ def _indexes(kwargs: dict[str, Any]) -> Indexes:
     )
 
 
-def write_status(client: KubeClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:
-    """Merge-patch the status subresource; False (logged) when the API server refuses it. The
-    caller then remembers nothing, so the next tick reconciles from the stored status again."""
+# A reconcile whose power write meets a newer job reads it again and decides again, this often.
+CONFLICT_RETRIES = 5
+
+
+class Conflict(Exception):
+    """The status write met a newer object (its resourceVersion precondition failed)."""
+
+
+def write_status(client: KubeClient, namespace: str, name: str, patch: dict[str, Any],
+                 resource_version: str | None = None) -> str | None:
+    """Merge-patch the status subresource; the new resourceVersion, or None (logged) when the
+    API server refuses it: the caller then remembers nothing, and the next tick reconciles from
+    the stored status again. With `resource_version` only onto that version: a conflict raises
+    `Conflict` (a power decision is then taken again on a fresh read)."""
     path = api_path(API_VERSION, PLURAL, namespace, name, "status")
+    body: dict[str, Any] = {"status": patch}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
     try:
-        client.patch(path, {"status": patch}, "merge")
-        return True
+        return str(client.patch(path, body, "merge")["metadata"].get("resourceVersion") or "")
     except KubeApiError as exc:
+        if exc.code == 409 and resource_version is not None:
+            raise Conflict(f"{namespace}/{name}") from None
         log.warning("%s/%s: status not written (HTTP %s: %s); retrying on the next tick",
                     namespace, name, exc.code, fit_string(str(exc), 500))
-        return False
+        return None
 
 
 def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) -> Step:
     """One reconcile of the job in `obj` and its status write; remembers what was written only
-    once the API server accepted it."""
+    once the API server accepted it. A job under a site budget writes on the version it read
+    (a power decision made on an older job, before a newer grant, must not land): on a
+    conflict it reads the job again and reconciles again."""
     meta = obj["metadata"]
     ns, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
     with _job_lock(uid):
-        memo = _written.get(uid)
-        if memo is not None and _ours(obj.get("status") or {}) == memo[0]:
-            obj = {**obj, "status": memo[1]}
-        before = _ours(obj.get("status") or {})
-        step = rec.reconcile(obj, indexes)
-        new = step.status.wire()  # no nulls: what the API server will store
-        changed = merge_diff(before, new)
-        if changed and write_status(rec.kube, ns, name, changed):
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                return _reconcile_once(rec, obj, indexes, ns, name, uid)
+            except Conflict:
+                fresh = rec.kube.get_or_none(api_path(API_VERSION, PLURAL, ns, name))
+                if fresh is None:
+                    break
+                obj = fresh
+        log.info("%s/%s: the job kept changing under its reconcile; next tick", ns, name)
+        return Step(parse_status(obj.get("status")))
+
+
+def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: str, name: str,
+                    uid: str) -> Step:
+    memo = _written.get(uid)
+    if memo is not None and _ours(obj.get("status") or {}) == memo[0]:
+        obj = {**obj, "status": memo[1]}
+    before = _ours(obj.get("status") or {})
+    stored, version = before, str(obj["metadata"].get("resourceVersion") or "")
+
+    def commit(status: PowerAwareTrainingJobStatus) -> bool:
+        nonlocal stored, version
+        new = status.wire()
+        changed = merge_diff(stored, new)
+        if changed:
+            try:
+                written = write_status(rec.kube, ns, name, changed, version)
+            except Conflict:
+                return False
+            if written is None:
+                return False
+            stored, version = new, written
             _written[uid] = (before, new)
+        return True
+
+    # Where a site budget exists, every write is on the version read: a stale body's write
+    # must not drop or mix a share (one that drops `powerShare` lifts the job's cap).
+    budgeted = "powerShare" in before or len(indexes.budgets) > 0
+    step = rec.reconcile(obj, indexes, commit=commit)
+    if step.conflict:
+        raise Conflict(f"{ns}/{name}")
+    new = step.status.wire()  # no nulls: what the API server will store
+    changed = merge_diff(stored, new)
+    guard = version if budgeted or "powerShare" in new else None
+    if changed and write_status(rec.kube, ns, name, changed, guard) is not None:
+        _written[uid] = (before, new)
     return step
 
 

@@ -15,6 +15,7 @@ from edgetrain.api.keys import (
     ANNOTATION_GPU_FREQUENCY_HZ,
     ANNOTATION_INJECT_FAILURES,
     ANNOTATION_INJECT_HOLD,
+    ANNOTATION_POWER_GRANT_SEQUENCE,
     ANNOTATION_POWER_LIMIT_WATTS,
     LABEL_CACHE,
     LABEL_CACHE_KEY,
@@ -180,10 +181,10 @@ def _pretrain_args(spec: PowerAwareTrainingJobSpec) -> list[str]:
     ]
 
 
-def _container(name: str, settings: OperatorSettings, args: list[str], env: list[Obj]) -> Obj:
+def _container(name: str, image: str, args: list[str], env: list[Obj]) -> Obj:
     return {
         "name": name,
-        "image": settings.image,
+        "image": image,
         "command": ["edgetrain"],
         "args": args,
         "env": [
@@ -252,8 +253,12 @@ def profile_daemonset(
     l4t: str | None,
     key: str,
     inject: str | None = None,
+    ceiling_w: float | None = None,
+    grant_sequence: int | None = None,
 ) -> Obj:
-    """A DaemonSet profiling one device model on one node of it (see docs/operator.md)."""
+    """A DaemonSet profiling one device model on one node of it (see docs/operator.md). Under
+    a site budget its pod carries the sweep's ceiling as its power limit (the node agent guards
+    it, the budget counts it) and the grant it runs under."""
     name = short_name(patj["metadata"]["name"], f"profile-{label_value(device_model)}")
     labels = {
         **_common_labels(patj, "profile"),
@@ -304,22 +309,32 @@ def profile_daemonset(
     pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     pod = _pod_spec(
         settings,
-        _container("profile", settings, args, [pod_name] if by_agent else []),
+        _container("profile", settings.trainer_image, args, [pod_name] if by_agent else []),
         "Always",
         nodeSelector={**settings.jetson_selector, **spec.placement.node_selector},
         affinity=affinity,
         device_group=True,
         **jetson_runtime(settings.jetson_runtime_class),
     )
+    template: Obj = {"labels": labels}
+    if ceiling_w is not None:
+        template["annotations"] = _grant_annotations(ceiling_w, grant_sequence)
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": owned_metadata(patj, name, labels),
         "spec": {
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod},
+            "template": {"metadata": template, "spec": pod},
         },
     }
+
+
+def _grant_annotations(limit_w: float, grant_sequence: int | None) -> dict[str, str]:
+    out = {ANNOTATION_POWER_LIMIT_WATTS: f"{limit_w:g}"}
+    if grant_sequence:
+        out[ANNOTATION_POWER_GRANT_SEQUENCE] = str(grant_sequence)
+    return out
 
 
 def _await_agent(gpu_frequency_hz: int, power_mode: tuple[int, int, int] | None) -> list[str]:
@@ -350,6 +365,7 @@ def train_job(
     inject: str | None = None,
     hold_release: str | None = None,
     power_mode: tuple[int, int, int] | None = None,
+    grant_sequence: int | None = None,
 ) -> Obj:
     """A Job pinned to `node` running `edgetrain train` at b, annotated with f and the limit
     (and the CPU cores, CPU and EMC clocks of `power_mode`, which the node agent sets)."""
@@ -362,6 +378,8 @@ def train_job(
     }
     if not annotations[ANNOTATION_POWER_LIMIT_WATTS]:
         del annotations[ANNOTATION_POWER_LIMIT_WATTS]
+    if grant_sequence:
+        annotations[ANNOTATION_POWER_GRANT_SEQUENCE] = str(grant_sequence)
     if power_mode is not None:
         annotations.update(zip(POWER_MODE_ANNOTATIONS, map(str, power_mode), strict=True))
     cmd = [
@@ -386,7 +404,7 @@ def train_job(
             *cmd,
         ],
     )
-    container = _container("train", settings, args, [])
+    container = _container("train", settings.trainer_image, args, [])
     pod = _pod_spec(
         settings,
         container,

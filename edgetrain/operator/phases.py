@@ -22,7 +22,7 @@ from edgetrain.api.job_status import (
     SelectionStatus,
     TrainingStatus,
 )
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_L4T
+from edgetrain.api.keys import GPU_RESOURCE, LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.plan import Objective, PlanResult
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.api.training import TrainingEvent
@@ -34,7 +34,6 @@ from edgetrain.planner.plan import InfeasibleError, PlanInputError
 
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 4
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def _count(quantity: object) -> int:
@@ -334,6 +333,17 @@ def baselines(plan: PlanResult) -> dict[str, PlanPointStatus]:
         )
         for name, b in plan.baselines.items()
     }
+
+
+def sweep_spec(spec: PowerAwareTrainingJobSpec, status: PowerAwareTrainingJobStatus,
+               device_model: str) -> PowerAwareTrainingJobSpec:
+    """The spec a sweep of `device_model` runs under: a site budget's profiling grant below the
+    job's own limit is its ceiling (the frontier is cut there, and the cache key says so)."""
+    share = status.power_share
+    if (share is None or share.purpose != "profile" or share.watts is None
+            or share.device_model != device_model or share.watts >= spec.power_limit_w):
+        return spec
+    return spec.model_copy(update={"power_limit_watts": share.watts})
 
 
 def profiles_cover_limit(profiles: list[ProfileStatus], limit_w: float) -> bool:

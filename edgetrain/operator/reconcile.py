@@ -32,7 +32,8 @@ from edgetrain.operator import manifests as mf
 from edgetrain.operator import world as wd
 from edgetrain.operator.history import history_configmap_name, spec_history_key
 from edgetrain.operator.informer import TrainingView
-from edgetrain.operator.phases import NodeInfo, candidates, job_finished
+from edgetrain.operator.phases import NodeInfo, candidates, job_finished, sweep_spec
+from edgetrain.operator.roles import node_role
 from edgetrain.operator.settings import OperatorSettings
 
 log = logging.getLogger("edgetrain.operator")
@@ -99,10 +100,24 @@ def uids_of(objs: Mapping[str, Obj]) -> set[str]:
 
 @dataclass
 class Step:
-    """What one reconcile call decided: the status to write and the Events to post."""
+    """What one reconcile call decided: the status to write and the Events to post.
+    `conflict`: a power commit met a newer object; nothing of that decision was done."""
 
     status: PowerAwareTrainingJobStatus
     events: list[wd.PostEvent] = field(default_factory=list)
+    conflict: bool = False
+
+
+# Writes the status as decided so far, on the version the reconcile read; False: the object
+# changed since (a new grant, another replica), so the decision must be taken again.
+Commit = Callable[[PowerAwareTrainingJobStatus], bool]
+
+
+def commits_power(decision: wd.Decision) -> bool:
+    """The decision starts a worker under a site budget's grant: its echo of the grant must be
+    stored (on the version it was decided from) before the worker exists."""
+    return decision.status.power_share is not None and any(
+        isinstance(a, wd.Create) and a.plural in _WORKLOADS for a in decision.actions)
 
 
 class Reconciler:
@@ -139,7 +154,8 @@ class Reconciler:
         elif phase is Phase.waiting_for_power and status.power_share is not None:
             nodes = tuple(_values(indexes.nodes, status.power_share.node))
         budgets: dict[str, LabelSelector] = {}
-        if phase in (Phase.selecting, Phase.waiting_for_power, Phase.training):
+        if phase in (Phase.profiling, Phase.selecting, Phase.waiting_for_power,
+                     Phase.training):
             budgets = dict(_retry(lambda: [(str(name), sel) for name, store in
                                            list(indexes.budgets.items()) for sel in store]))
         configmaps: dict[str, Mapping[str, str]] = {}
@@ -189,7 +205,8 @@ class Reconciler:
                     and all(p.owner == uid for p in producers[key])):
                 servers = self._servers()  # an estimate Job is about to be made
         elif phase is Phase.profiling:
-            keys = [mf.profile_key(spec, c.device_model, c.l4t)
+            keys = [mf.profile_key(sweep_spec(spec, status, c.device_model), c.device_model,
+                                   c.l4t)
                     for c in candidates(nodes, self.settings.jetson_selector)]
             configmaps.update(self._cache(indexes, ns, [mf.profile_configmap_name(k)
                                                         for k in keys]))
@@ -286,7 +303,9 @@ class Reconciler:
             return read[1]
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.server_selector.items()))
         items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
-        servers = tuple(NodeInfo.of(n) for n in items)
+        # The selector may be empty (any node): only what `roles` takes as a server counts.
+        servers = tuple(n for n in map(NodeInfo.of, items)
+                        if node_role(n, self.settings).kind == "server")
         with self._fleet_lock:
             self._servers_read = (now, servers)
         return servers
@@ -358,7 +377,8 @@ class Reconciler:
                 try:
                     self.kube.delete(api_path(action.api_version, action.plural,
                                               action.namespace, action.name),
-                                     {"propagationPolicy": "Background"})
+                                     {"propagationPolicy": "Foreground" if action.foreground
+                                      else "Background"})
                 except KubeApiError as exc:
                     if exc.code != 404:
                         raise
@@ -388,9 +408,12 @@ class Reconciler:
 
     # --- entry point ---
 
-    def reconcile(self, patj: Obj, indexes: Indexes | None = None) -> Step:
+    def reconcile(self, patj: Obj, indexes: Indexes | None = None,
+                  commit: Commit | None = None) -> Step:
         """Advance the job as far as the world allows right now: decide, act, and decide again
-        on a fresh world while a step moved the phase (up to five steps)."""
+        on a fresh world while a step moved the phase (up to five steps). `commit`: a decision
+        that starts a worker under a budget's grant is stored with it first (`commits_power`);
+        when that store meets a newer object, nothing of the decision is done."""
         indexes = indexes or Indexes()
         status = dc.parse_status(patj.get("status"))
         status.observed_generation = patj["metadata"].get("generation")
@@ -406,6 +429,9 @@ class Reconciler:
                 # Decided on the watches' view, which may be late: decide again on reads.
                 world = self.world(patj, step.status, spec, indexes, entered, fresh=True)
                 decision = dc.decide(spec, step.status, world, self.settings)
+            if commit is not None and commits_power(decision) and not commit(decision.status):
+                step.conflict = True
+                return step
             self.execute(decision.actions, patj)
             step.events += decision.events
             before, step.status = step.status.phase, decision.status

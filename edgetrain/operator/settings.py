@@ -8,11 +8,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON, NODE_KIND_SERVER
+from edgetrain import __version__
+from edgetrain.api.keys import LABEL_NODE_KIND, NODE_KIND_JETSON
 from edgetrain.api.names import DNS_SUBDOMAIN_PATTERN, IMAGE_PATTERN
 from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_TMP
 
 ENV_PREFIX = "EDGETRAIN_OPERATOR_"
+# os/architecture[/variant] of an image's members, as in an OCI index (linux/arm64).
+PLATFORM_PATTERN = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"
+Platform = Annotated[str, Field(pattern=PLATFORM_PATTERN)]
 
 
 class OperatorSettings(BaseModel):
@@ -23,11 +27,26 @@ class OperatorSettings(BaseModel):
     namespaces: list[str] = Field(
         default_factory=list, description="namespaces to watch; empty: all namespaces"
     )
-    image: str = Field(default="edgetrain:latest", pattern=IMAGE_PATTERN,
-                       description="image of every worker pod")
+    # One image per role (chart: images.estimator, images.trainer), each with the platforms
+    # it has a member for: the operator refuses a node whose architecture is not among them
+    # instead of starting a pod that cannot exec (roles.image_refusal).
+    estimator_image: str = Field(
+        default=f"ghcr.io/edgetrain/estimator:{__version__}", pattern=IMAGE_PATTERN,
+        description="image of the estimate pods (proxy estimation on the GPU servers)")
+    estimator_platforms: list[Platform] = Field(
+        default_factory=lambda: ["linux/amd64"], min_length=1,
+        description="platforms estimator_image has a member for (os/arch)")
+    trainer_image: str = Field(
+        default=f"ghcr.io/edgetrain/trainer:{__version__}", pattern=IMAGE_PATTERN,
+        description="image of the profile and train pods (on the Jetsons; match its JetPack)")
+    trainer_platforms: list[Platform] = Field(
+        default_factory=lambda: ["linux/arm64"], min_length=1,
+        description="platforms trainer_image has a member for (os/arch)")
     server_selector: dict[str, str] = Field(
-        default_factory=lambda: {LABEL_NODE_KIND: NODE_KIND_SERVER},
-        description="node labels of the GPU server that runs proxy estimation",
+        default_factory=dict,
+        description="labels every GPU server must carry, besides being one: a node with"
+        " nvidia.com/gpu (the NVIDIA device plugin) or labelled edgetrain.io/node-kind=server,"
+        " and not a Jetson (roles.node_role)",
     )
     jetson_selector: dict[str, str] = Field(
         default_factory=lambda: {LABEL_NODE_KIND: NODE_KIND_JETSON},
@@ -167,7 +186,7 @@ class OperatorSettings(BaseModel):
         return self
 
 
-_LISTS = {"namespaces"}
+_LISTS = {"namespaces", "estimator_platforms", "trainer_platforms"}
 _MAPS = {"server_selector", "jetson_selector"}
 
 

@@ -89,12 +89,14 @@ class Create:
 
 @dataclass(frozen=True)
 class Delete:
-    """Delete an object (background propagation); "not found" is success."""
+    """Delete an object; "not found" is success. Background propagation, or `foreground`: the
+    object stays, being deleted, until its pods are gone (a site budget counts them by it)."""
 
     api_version: str
     plural: str
     namespace: str
     name: str
+    foreground: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ included, as the profiles measure it) and the predicted time-to-accuracy (s). `a
 admits jobs (running ones first, then waiting ones in arrival order, backfilling smaller ones)
 while every admitted job's cheapest point fits the cap, then picks one point per admitted job
 that minimises the summed time-to-accuracy (or the makespan) with the planned draw ≤ the cap.
-`transition_steps` orders the changes so the planned draw never exceeds the cap on the way.
+How the changes land without the site's draw ever passing the cap is the operator's
+(`operator/grants.py`: issue → acknowledge → raise).
 """
 
 from __future__ import annotations
@@ -250,9 +251,12 @@ def allocate(
     node_idle_w: Mapping[str, float] | None = None,
     *,
     objective: BudgetObjective = "sum",
+    prefer: Mapping[str, float | None] | None = None,
 ) -> SitePlan:
     """Each job's share of the cap (see the module docstring). `node_idle_w`: every site node's
-    idle draw; nodes without an admitted job count against the cap with it."""
+    idle draw; nodes without an admitted job count against the cap with it. `prefer`: each
+    job's current grant (W), which wins among splits of equal merit: a swap of equals would
+    stop two trainings for nothing."""
     if not cap_w > 0:
         raise BudgetInputError(f"the cap must be > 0 W, got {cap_w}")
     jobs = list(jobs)
@@ -268,7 +272,8 @@ def allocate(
     if objective == "makespan" and admitted:
         tau = _min_makespan(admitted, points, available_w)
         points = [i[j.seconds[i] <= tau] for j, i in zip(admitted, points, strict=True)]
-    chosen = _min_sum(admitted, points, available_w) if admitted else []
+    search = [_preferring(j, (prefer or {}).get(j.name)) for j in admitted]
+    chosen = _min_sum(search, points, available_w) if admitted else []
     if chosen is None:  # admission guarantees the cheapest points fit; float slack aside
         raise BudgetInputError("no combination of points fits the cap")
     out: list[Allocation] = []
@@ -282,26 +287,16 @@ def allocate(
                     allocations=tuple(out))
 
 
-Grant = tuple[str, float | None]
+# Seconds of a point other than the current grant's are weighed this much more in the search:
+# far below any real difference, enough to break an exact tie.
+TIE_WEIGHT = 1e-9
 
 
-def transition_steps(
-    current: Mapping[str, float | None],
-    target: Mapping[str, float | None],
-) -> list[list[Grant]]:
-    """The changes from `current` grants to `target` as ordered stages: first every job that
-    gets less (or stops), then every job that gets more (or starts). Within a stage the changes
-    may land in any order; the next stage starts once the previous one took effect. So with
-    powers ≥ the nodes' idle draw, the planned draw only falls during the first stage and only
-    rises to the target's during the second. Jobs absent from `target` stop (None)."""
-    lower: list[Grant] = []
-    raise_: list[Grant] = []
-    for job in sorted(current.keys() | target.keys()):
-        old, new = current.get(job), target.get(job)
-        if old == new:
-            continue
-        if new is None or (old is not None and new < old):
-            lower.append((job, new))
-        else:
-            raise_.append((job, new))
-    return [stage for stage in (lower, raise_) if stage]
+def _preferring(job: JobOptions, grant_w: float | None) -> JobOptions:
+    """`job` with every point but its current grant's a hair slower (ties go to the grant)."""
+    if grant_w is None:
+        return job
+    current = np.abs(job.power_w - grant_w) <= EPS_W
+    seconds = np.where(current, job.seconds, job.seconds * (1 + TIE_WEIGHT))
+    return JobOptions(job.name, job.power_w, seconds, limit_w=job.limit_w, node=job.node,
+                      running=job.running, order=job.order, labels=job.labels)

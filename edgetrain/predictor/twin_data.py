@@ -136,7 +136,7 @@ class StockMode(BaseModel):
 
 
 # (name, cores, CPU cap kHz, GPU cap Hz, EMC cap Hz); None = uncapped. From
-# ../shared/docs/jetson-facts.md §1 (nvpmodel confs); TPC power gating is not modelled.
+# docs/jetson-facts.md §1 (nvpmodel confs); TPC power gating is not modelled.
 _NVPMODEL: dict[str, list[tuple[str, int | None, int | None, int | None, int | None]]] = {
     "jetson-nano": [("MAXN", 4, None, None, None), ("5W", 2, 918000, 640000000, None)],
     "jetson-tx2-nx": [

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from edgetrain.api.budget import (
+    GrantNotice,
     LabelSelector,
     PowerBudgetSpec,
     allocation_annotation,
@@ -66,10 +67,13 @@ def test_schedule_steps_and_midnight_carry_over() -> None:
 
 
 def test_allocation_annotation_round_trip() -> None:
-    assert parse_allocation(allocation_annotation("site", 3.25)) == ("site", 3.25, "")
-    assert parse_allocation(allocation_annotation("site", None, "no room")) == (
+    assert parse_allocation(allocation_annotation("site", 3.25)) == GrantNotice("site", 3.25)
+    assert parse_allocation(allocation_annotation("site", None, "no room")) == GrantNotice(
         "site", None, "no room")
+    sweep = allocation_annotation("site", 5.0, node="n2", sequence=7, purpose="profile")
+    assert parse_allocation(sweep) == GrantNotice("site", 5.0, "", "n2", 7, "profile")
     assert parse_allocation("{not json") is None and parse_allocation(None) is None
+    assert parse_allocation('{"budget": "site", "watts": 1, "seq": "x"}') is None
 
 
 def test_crd_is_cluster_scoped_with_server_side_checks() -> None:
@@ -77,7 +81,8 @@ def test_crd_is_cluster_scoped_with_server_side_checks() -> None:
     assert crd["spec"]["scope"] == "Cluster"
     version = crd["spec"]["versions"][0]
     cols = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert cols[:6] == ["Cap W", "Planned W", "Measured W", "Idle W", "Jobs", "Waiting"]
+    assert cols[:7] == ["Cap W", "Planned W", "Authorised W", "Measured W", "Idle W", "Jobs",
+                        "Waiting"]
     props = budget_spec_schema()["properties"]
     assert props["capWatts"]["exclusiveMinimum"] is True and props["capWatts"]["minimum"] == 0
     assert props["schedule"]["x-kubernetes-list-map-keys"] == ["timeOfDay"]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from edgetrain.api.training import TrainingEvent
+from edgetrain.bench.budget_live import AuthorisedWatch
 from edgetrain.cluster import api_path
 from edgetrain.node_agent.state import load_state
 from edgetrain.operator.phases import unix_seconds
@@ -428,7 +429,9 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
             (b.get("status") or {}).get("nodes") or []) == 3, timeout_s=60, interval_s=0.5,
             what="the budget sees its 3 nodes")["status"]
         idle_per_node = st["idleWatts"] / 3
-        with BudgetWatch(fleet.kube, site, fleet.ns) as watch:
+        # From outside too: every pod watched, per node its highest power limit (else idle).
+        with BudgetWatch(fleet.kube, site, fleet.ns) as watch, \
+                AuthorisedWatch(fleet.kube, {n: idle_per_node for n in nodes}) as pods:
             for name in names[:2]:
                 fleet.create(name, hold=("train",), **spec)
             for name in names[:2]:
@@ -441,6 +444,7 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
             assert above, (limits, p_min)  # 9 W leaves room above the cheapest point
             # Never under the site's idle draw (CapBelowIdle).
             lowered = round(max(2 * p_min + idle_per_node, 3 * idle_per_node) + 0.05, 3)
+            lowered_at = time.time()
             set_cap(fleet.kube, site, lowered)
             for name in names[:2]:
                 fleet.wait(name, lambda s: (s.get("phase") == "Training" and (
@@ -467,6 +471,13 @@ def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
         assert after and within < len(after), after[:20]
         assert all(a >= b - 1e-6 for a, b in itertools.pairwise(after[:within + 1])), after
         assert all(p <= lowered + 1e-6 for p in after[within:]), after
+        # The pods' limits: never over 9 W, and down within the lowered cap after it (between,
+        # a job re-planned first may start its new pod while the other's old one still runs:
+        # both under the 9 W they were granted together); all gone at the end.
+        assert pods.samples and pods.max_w <= SITE_CAP_W + 1e-6, pods.over(SITE_CAP_W)[:3]
+        later = [w for t, w, _n in pods.samples if t >= lowered_at]
+        assert any(w <= lowered + 1e-6 for w in later), later
+        assert pods.samples[-1][1] == pytest.approx(3 * idle_per_node), pods.samples[-1]
         record(FaultRecord("site budget lowered mid-training", above[0], "Training",
                            final_phase="Succeeded", detail=f"cap {SITE_CAP_W:g} → {lowered:g} W"
                            f" over 3 Nanos; {', '.join(above)} re-planned (PowerLimitChanged),"

@@ -56,10 +56,68 @@ def helm(*args: str, kubeconfig: Path | None = None, check: bool = True,
 def render(*sets: str, api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     args = ["template", "t", str(CHART), "-n", "edgetrain", "--kube-version", KUBE_VERSION]
     for s in sets:
-        args += ["--set", s]
+        args += [s] if s.startswith("--set-json=") else ["--set", s]
     for a in api_versions:
         args += ["--api-versions", a]
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+OPT_OUT = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "edgetrain.io/node-agent", "operator": "NotIn", "values": ["disabled"]}]}]}}}
+
+
+def _boards(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-board agent DaemonSets (not the detect step's)."""
+    return [d for d in docs if d["kind"] == "DaemonSet"
+            and "edgetrain.io/board" in d["metadata"]["labels"]]
+
+
+def test_the_detect_step_runs_on_every_arm64_node_with_least_privilege() -> None:
+    """Whatever labels a node has: arm64 and not opted out. An init container labels the
+    board from the host's device tree (read-only, at a path the runtime does not mask), as
+    UID 65532 without capabilities; then the pod idles."""
+    (ds,) = [d for d in render() if d["kind"] == "DaemonSet"
+             and d["metadata"]["name"] == "t-edgetrain-node-detect"]
+    assert ds["metadata"]["labels"]["app.kubernetes.io/component"] == "node-detect"
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    assert pod["affinity"] == OPT_OUT
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (
+        65532, True)
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["edgetrain", "node-agent"]
+    assert {"--detect-only", "--device-tree=/host/firmware/devicetree/base"} <= set(
+        init["args"])
+    assert init["volumeMounts"][1] == {"name": "firmware", "mountPath": "/host/firmware",
+                                       "readOnly": True}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["firmware"]["hostPath"] == {"path": "/sys/firmware", "type": "Directory"}
+    (idle,) = pod["containers"]
+    assert idle["command"] == ["sleep", "infinity"]
+    for c in (init, idle):
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # Your own nodeAffinity replaces the opt-out term.
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "site", "operator": "In", "values": ["a"]}]}]}}}
+    docs = render(f"--set-json=agent.affinity={json.dumps(own)}")
+    assert all(d["spec"]["template"]["spec"]["affinity"] == own
+               for d in docs if d["kind"] == "DaemonSet")
+
+
+def test_each_role_has_its_image_and_platforms() -> None:
+    docs = render("images.trainer.tag=0.1.0-jp62", "image.registry=reg.lan/et")
+    op = next(d for d in docs if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in op["spec"]["template"]["spec"]["containers"][0]
+           ["env"]}
+    assert env["EDGETRAIN_OPERATOR_ESTIMATOR_IMAGE"].startswith("reg.lan/et/estimator:")
+    assert env["EDGETRAIN_OPERATOR_TRAINER_IMAGE"] == "reg.lan/et/trainer:0.1.0-jp62"
+    assert env["EDGETRAIN_OPERATOR_ESTIMATOR_PLATFORMS"] == "linux/amd64"
+    assert env["EDGETRAIN_OPERATOR_TRAINER_PLATFORMS"] == "linux/arm64"
+    assert env["EDGETRAIN_OPERATOR_SERVER_SELECTOR"] == ""
+    assert "EDGETRAIN_OPERATOR_IMAGE" not in env
 
 
 def test_helm_lint_is_clean() -> None:
@@ -72,16 +130,17 @@ def test_render_defaults() -> None:
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
     assert "ServiceMonitor" not in kinds  # its CRD is not installed
-    daemonsets = {d["metadata"]["labels"]["edgetrain.io/board"]: d for d in docs
-                  if d["kind"] == "DaemonSet"}
+    daemonsets = {d["metadata"]["labels"]["edgetrain.io/board"]: d for d in _boards(docs)}
     assert set(daemonsets) == set(BOARDS) and kinds.count("Deployment") == 1
     ds = daemonsets["jetson-nano"]
     assert ds["metadata"]["namespace"] == "edgetrain-node-agent"
     pod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["command"] == ["edgetrain", "node-agent"]
+    # The device model the detect step set, on arm64, never where agents are opted out.
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64",
                                    "edgetrain.io/device-model": "jetson-nano"}
+    assert pod["affinity"] == OPT_OUT
     assert "--metrics-address=$(POD_IP)" in c["args"]
     svc = next(d for d in docs if d["kind"] == "Service")
     assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
@@ -107,7 +166,7 @@ def test_node_agent_is_not_privileged() -> None:
     read-write, root without capabilities, read-only root file system, RuntimeDefault seccomp,
     limits on CPU, memory and ephemeral storage, the token mounted explicitly."""
     docs = render()
-    for ds in (d for d in docs if d["kind"] == "DaemonSet"):
+    for ds in _boards(docs):
         board = ds["metadata"]["labels"]["edgetrain.io/board"]
         pod = ds["spec"]["template"]["spec"]
         (c,) = pod["containers"]
@@ -122,16 +181,17 @@ def test_node_agent_is_not_privileged() -> None:
         writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
         assert writable == {devfreq, "/var/lib/edgetrain"}, board
         assert volumes["gpu-devfreq"]["hostPath"] == {"path": devfreq, "type": "Directory"}
-        assert {m["mountPath"]: m.get("readOnly") for m in c["volumeMounts"]}["/sys"] is True
+        mounts = {m["mountPath"]: m.get("readOnly") for m in c["volumeMounts"]}
+        assert mounts["/sys"] is True and mounts["/host/firmware"] is True
+        assert "--device-tree=/host/firmware/devicetree/base" in c["args"]
         for kind in ("requests", "limits"):
             assert set(c["resources"][kind]) == {"cpu", "memory", "ephemeral-storage"}
     ns = next(d for d in docs if d["kind"] == "Namespace")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     # A board that needs it, and only that one, can be privileged.
     docs = render("agent.boards.jetson-tx2-nx.privileged=true")
-    priv = {d["metadata"]["labels"]["edgetrain.io/board"]
-            for d in docs if d["kind"] == "DaemonSet"
-            and d["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"]}
+    priv = {d["metadata"]["labels"]["edgetrain.io/board"] for d in _boards(docs)
+            if d["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"]}
     assert priv == {"jetson-tx2-nx"}
 
 
@@ -139,7 +199,7 @@ def test_power_modes_mount_only_the_cpu_and_emc_controls_of_that_board() -> None
     """agent.boards.<board>.powerModes: the CPU controls and the twin's EMC debugfs path of that
     board also read-write; the other boards keep only the devfreq directory."""
     docs = render("agent.boards.jetson-orin-nano.powerModes=true")
-    for ds in (d for d in docs if d["kind"] == "DaemonSet"):
+    for ds in _boards(docs):
         board = ds["metadata"]["labels"]["edgetrain.io/board"]
         (c,) = ds["spec"]["template"]["spec"]["containers"]
         writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
@@ -170,7 +230,7 @@ def test_network_policies() -> None:
     docs = render()
     pols = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]
             for d in docs if d["kind"] == "NetworkPolicy"}
-    assert set(pols) == {"operator", "node-agent"}
+    assert set(pols) == {"operator", "node-agent", "node-detect"}
     op, agent = pols["operator"], pols["node-agent"]
     # The operator: egress to the API server's ports and to the agents' metrics port (a
     # budget's measured draw), ingress for the kubelet's probes.
@@ -187,6 +247,9 @@ def test_network_policies() -> None:
     # The agent: scrapes on its metrics port only.
     assert agent["ingress"] == [{"ports": [{"protocol": "TCP", "port": 9400}]}]
     assert agent["egress"] == [api]
+    # The detect step accepts nothing and reaches the API server only.
+    assert pols["node-detect"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in pols["node-detect"] and pols["node-detect"]["egress"] == [api]
     # Host-network agents listen on their node's address: any address, that port only.
     hostnet = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]
                for d in render("agent.hostNetwork=true") if d["kind"] == "NetworkPolicy"}
@@ -250,7 +313,7 @@ def test_render_options() -> None:
                   "operator.enabled=false", "dashboards.enabled=false")
     kinds = [d["kind"] for d in docs]
     assert "Deployment" not in kinds and "ConfigMap" not in kinds
-    pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    pod = _boards(docs)[0]["spec"]["template"]["spec"]
     assert pod["securityContext"]["supplementalGroups"] == [998]
     assert any(v["name"] == "jtop-socket" for v in pod["volumes"])
     assert any(d["kind"] == "RoleBinding" and d["metadata"]["namespace"] == "ml" for d in docs)

@@ -111,13 +111,18 @@ def test_chart_commands_match_images() -> None:
 
 def test_chart_assumes_no_architecture_for_its_images() -> None:
     """One tag serves the GPU server (amd64) and the Jetsons (arm64): no arch-suffixed image
-    tag and no amd64 node selector; the Jetson agent selects arm64 nodes only."""
+    tag and no amd64 node selector; the Jetson agent selects arm64 nodes only. The only
+    architectures named are the worker images' own `platforms` (what each tag has a member
+    for: the CUDA estimator amd64, the JetPack trainer arm64), which the operator checks."""
     values_text = (ROOT / "charts/edgetrain/values.yaml").read_text()
     templates = "".join(p.read_text() for p in (ROOT / "charts/edgetrain/templates").glob("*"))
-    for text in (values_text, templates):
+    values = yaml.safe_load(values_text)
+    assert values["images"]["estimator"]["platforms"] == ["linux/amd64"]
+    assert values["images"]["trainer"]["platforms"] == ["linux/arm64"]
+    platforms = re.compile(r"^\s*platforms: \[linux/(amd64|arm64)\]$", re.M)
+    for text in (platforms.sub("", values_text), templates):
         assert "amd64" not in text and "x86_64" not in text
         assert not re.search(r"tag:\s*\S*-(arm64|aarch64)", text)
-    values = yaml.safe_load(values_text)
     assert values["agent"]["nodeSelector"]["kubernetes.io/arch"] == "arm64"
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from edgetrain.api.budget import BUDGET_PLURAL
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
+from edgetrain.bench.budget_live import AgentPower, AuthorisedWatch, run_rounds, summarise
 from edgetrain.cluster import (
     KubeApiError,
     KubeClient,
@@ -116,7 +117,14 @@ def test_three_jobs_share_a_nine_watt_site(
     # So is profiling; the caps below are set from the profile's cheapest point.
     seed_profile(kube, namespace, manifests[0]["spec"], agent.nodes[0].name)
     training = training_with_samples
-    with BudgetWatch(kube, budget, namespace) as watch:
+    caps: list[tuple[float, float]] = [(0.0, CAP_W)]  # (from when, cap)
+
+    def cap_to(watts: float) -> None:
+        caps.append((time.time(), watts))
+        set_cap(kube, budget, watts)
+
+    with BudgetWatch(kube, budget, namespace) as watch, \
+            AuthorisedWatch(kube, {n.name: idle_per_node for n in agent.nodes}) as pods:
         for body in manifests:
             kube.create(patj_path(namespace), body)
             time.sleep(0.3)  # arrival order b1, b2, b3
@@ -134,7 +142,7 @@ def test_three_jobs_share_a_nine_watt_site(
         p_min = options.min_power_w
         # 2. A cap over what the three ask for on their own (5 W each): all train, faster
         # than at their cheapest points.
-        set_cap(kube, budget, 3 * 5.0 + st["idleWatts"] + 1.0)
+        cap_to(3 * 5.0 + st["idleWatts"] + 1.0)
         # A job's board draw is never below its node's idle draw; a profile point measured
         # on a starved CPU can read below it (simulated), and a cap under the site's idle
         # draw is refused (CapBelowIdle): the caps below never go under it.
@@ -148,7 +156,7 @@ def test_three_jobs_share_a_nine_watt_site(
         nodes = {o["status"]["selection"]["node"] for o in objs.values()}
         assert len(nodes) == 3, objs  # one job per node
         # 3. A cap that fits all three at their cheapest points only: they re-plan down.
-        set_cap(kube, budget, round(cheapest, 3))
+        cap_to(round(cheapest, 3))
         for n in names:
             _wait_status(kube, namespace, n,
                          lambda s: s.get("phase") == "Training"
@@ -158,7 +166,7 @@ def test_three_jobs_share_a_nine_watt_site(
             if raised[n] > p_min + 0.05:
                 assert "PowerLimitChanged" in [r for r, _ in _events(kube, namespace, n)], n
         # 4. A cap that fits two: the youngest waits, naming the budget (b1, b2 are held).
-        set_cap(kube, budget, round(max(2 * p_min + idle_per_node, site_idle_w) + 0.05, 3))
+        cap_to(round(max(2 * p_min + idle_per_node, site_idle_w) + 0.05, 3))
         waiting = _wait_status(kube, namespace, "b3",
                                lambda s: s.get("phase") == "WaitingForPower",
                                "b3 waits for power", operator, timeout_s=240)["status"]
@@ -187,6 +195,14 @@ def test_three_jobs_share_a_nine_watt_site(
     assert final_planned <= final_cap + 1e-6, watch.samples[-5:]
     reasons = [r for r, _ in _events(kube, namespace, "b3")]
     assert "PowerWithdrawn" in reasons or "WaitingForPower" in reasons, reasons
+    # From outside: the pods' power limits, summed per node after every pod event, never
+    # passed the highest cap set so far, and never 9 W while the first cap held.
+    def highest_cap(t: float) -> float:
+        return max(c for since, c in caps if since <= t)
+
+    assert not pods.over(highest_cap), pods.over(highest_cap)[:3]
+    first = [w for t, w, _n in pods.samples if t < caps[1][0]]
+    assert first and max(first) <= CAP_W + 1e-6 and max(first) > 3 * idle_per_node + 1.0, first
 
 
 class AgentReadings(Sampler):
@@ -231,13 +247,46 @@ def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str, site_n
          kubeconfig=cluster.kubeconfig)
     try:
         pods = kube.get(api_path("v1", "pods", f"{namespace}-node-agent"),
-                        labelSelector=f"app.kubernetes.io/instance={release}")["items"]
+                        labelSelector=f"app.kubernetes.io/instance={release},"
+                                      "app.kubernetes.io/component=node-agent")["items"]
         yield {p["spec"]["nodeName"]: f"http://{p['status']['podIP']}:"
                f"{p['metadata']['annotations']['prometheus.io/port']}/metrics" for p in pods}
     finally:
         helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s",
              kubeconfig=cluster.kubeconfig, check=False)
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=f"{namespace}-node-agent"))
+
+
+def test_staggered_rounds_never_authorise_over_the_cap(
+    cluster: LocalCluster, kube: KubeClient, namespace: str, operator: OperatorProcess,
+    site: tuple[str, VNodeAgent],
+) -> None:
+    """Issue 39 from outside: three 5 W jobs arriving 1 to 3 s apart, two rounds (the first
+    profiles under the budget, the second runs beside a CPU hog). A watch on every pod sums
+    per node the highest power limit among its pods that have not ended (else idle): never
+    over the cap; the chart's agents' own readings are never over cap + 1 W two in a row."""
+    budget, agent = site
+    nodes = sorted(n.name for n in agent.nodes)
+    st = kube.wait_for(api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget),
+                       lambda o: len((o.get("status") or {}).get("nodes") or []) == 3,
+                       timeout_s=60, interval_s=0.5, what="budget sees its 3 nodes")["status"]
+    idle = {n: st["idleWatts"] / 3 for n in nodes}
+    placement = {"nodeSelector": {"edgetrain.io/site": budget}}
+    seed_efficiency(kube, namespace, job_manifest("x", placement=placement)["spec"])
+    with chart_agents(cluster, kube, namespace, budget) as urls, \
+            AuthorisedWatch(kube, idle) as watch, AgentPower(urls) as power:
+        clocks, seconds, hogs, failures = run_rounds(
+            kube, namespace, lambda name: job_manifest(name, placement=placement), 2, 3, watch,
+            CAP_W, hog_every=2, round_timeout_s=600)
+    result = summarise(clocks, seconds, hogs, failures, watch, power, CAP_W, 2)
+    assert not failures and result.jobs_succeeded == 6, (failures, operator.log_text()[-4000:])
+    over = watch.over(CAP_W)
+    assert not over and result.max_authorised_w <= CAP_W, (over[:3], operator.log_text()[-4000:])
+    assert result.max_authorised_w > sum(idle.values()) + 1.0, result  # the jobs were counted
+    assert result.seconds_over_cap_plus_1w == 0.0, (result, power.sums[-20:])
+    assert result.wait_before_profile.max_s is not None, result  # round 1 swept under a grant
+    assert hogs == [2]
+    print(f"\nstaggered rounds (simulated): {result.model_dump_json()}")
 
 
 def test_measured_draw_is_the_agents_sum(

@@ -38,12 +38,39 @@ def _args(obj: dict[str, Any]) -> list[str]:
     return list(obj["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def test_each_phase_runs_its_roles_image() -> None:
+    """Estimation the estimator image; profiling and training the trainer image."""
+    settings = load_settings({"EDGETRAIN_OPERATOR_ESTIMATOR_IMAGE": "reg/estimator:1",
+                              "EDGETRAIN_OPERATOR_TRAINER_IMAGE": "reg/trainer:1-jp6"})
+    estimate = em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0)
+    profile = mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano",
+                                   node="n1", l4t="32.7.1", key="p")
+    train = mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                         gpu_frequency_hz=307200000, attempt=1, ckpt_dir="/c")
+
+    def image(obj: dict[str, Any]) -> str:
+        return str(obj["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert image(estimate) == "reg/estimator:1"
+    assert image(profile) == image(train) == "reg/trainer:1-jp6"
+
+
 def test_estimate_job_runs_on_the_server_and_publishes() -> None:
     settings = load_settings({})
     seeds = SPEC.model_copy(update={"budget": SPEC.budget.model_copy(update={"seeds": [0, 1]})})
     job = em.estimate_job(PATJ, seeds, settings, key="k1", attempt=0, parallelism=3)
     pod = job["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"edgetrain.io/node-kind": "server"}
+    # A GPU server by its nvidia.com/gpu (the request), never a Jetson, and only where the
+    # estimator image has a member for the node's architecture.
+    assert pod["nodeSelector"] == {}
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert {"key": "edgetrain.io/node-kind", "operator": "NotIn",
+            "values": ["jetson", "idle"]} in term["matchExpressions"]
+    assert {"key": "kubernetes.io/arch", "operator": "In",
+            "values": ["amd64"]} in term["matchExpressions"]
+    assert pod["containers"][0]["image"] == settings.estimator_image
     assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
     assert job["metadata"]["ownerReferences"][0]["uid"] == PATJ["metadata"]["uid"]
     # One completion per (batch size, seed), at most `parallelism` at once, spread softly.

@@ -10,8 +10,22 @@ from edgetrain.operator.settings import load_settings
 def test_defaults() -> None:
     s = load_settings({})
     assert s.namespaces == [] and s.retry_limit == 3 and s.pin_frequency_in_pod is False
-    assert s.server_selector == {"edgetrain.io/node-kind": "server"}
+    assert s.server_selector == {}  # a GPU server is recognised by nvidia.com/gpu (roles.py)
     assert s.estimate_parallelism == 8
+    assert (s.estimator_platforms, s.trainer_platforms) == (["linux/amd64"], ["linux/arm64"])
+    assert s.estimator_image.split("/")[-1].startswith("estimator:")
+    assert s.trainer_image.split("/")[-1].startswith("trainer:")
+
+
+def test_image_platforms_from_the_environment() -> None:
+    s = load_settings({"EDGETRAIN_OPERATOR_TRAINER_PLATFORMS": "linux/arm64, linux/amd64",
+                       "EDGETRAIN_OPERATOR_ESTIMATOR_PLATFORMS": "linux/arm64/v8"})
+    assert s.trainer_platforms == ["linux/arm64", "linux/amd64"]
+    assert s.estimator_platforms == ["linux/arm64/v8"]
+    with pytest.raises(ValueError, match="EDGETRAIN_OPERATOR_TRAINER_PLATFORMS"):
+        load_settings({"EDGETRAIN_OPERATOR_TRAINER_PLATFORMS": "arm64"})
+    with pytest.raises(ValueError, match="EDGETRAIN_OPERATOR_ESTIMATOR_PLATFORMS"):
+        load_settings({"EDGETRAIN_OPERATOR_ESTIMATOR_PLATFORMS": ""})
 
 
 def test_env_and_overrides() -> None:
@@ -42,14 +56,16 @@ def test_errors_name_the_variable() -> None:
 
 
 @pytest.mark.parametrize(("name", "value"), [
-    ("IMAGE", "edgetrain:latest; rm -rf /"), ("IMAGE", "-bad"),
+    ("TRAINER_IMAGE", "edgetrain:latest; rm -rf /"), ("ESTIMATOR_IMAGE", "-bad"),
     ("WORKER_SERVICE_ACCOUNT", "Worker SA"), ("CHECKPOINT_PVC", "../x"),
 ])
 def test_names_that_reach_manifests_are_checked(name: str, value: str) -> None:
     with pytest.raises(ValueError, match=f"EDGETRAIN_OPERATOR_{name}"):
         load_settings({f"EDGETRAIN_OPERATOR_{name}": value})
     for good in ("ghcr.io/org/edgetrain:0.3.1", "localhost:5000/edgetrain@sha256:" + "a" * 64):
-        assert load_settings({"EDGETRAIN_OPERATOR_IMAGE": good}).image == good
+        assert load_settings({"EDGETRAIN_OPERATOR_TRAINER_IMAGE": good}).trainer_image == good
+        assert load_settings({"EDGETRAIN_OPERATOR_ESTIMATOR_IMAGE": good}
+                             ).estimator_image == good
 
 
 @pytest.mark.parametrize("path", ["/tmp", "/tmp/", "/tmp/pytest-of-root/checkpoints"])

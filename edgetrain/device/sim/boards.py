@@ -3,9 +3,9 @@
 Over 500 lines because it is one data table: each board's facts sit beside their sources, and
 splitting it by board would scatter the calibration that docs/device.md explains as a whole.
 
-Sources are the [Rn] tags of ../shared/docs/jetson-facts.md; "PT" is the PowerTrain paper
-(shared/papers/powertrain.txt, Table 2) and "AT" the accelerated-training paper
-(shared/papers/accelerated-training-low-power-edge.txt). Anything else is labelled ESTIMATE.
+Sources are the [Rn] tags of docs/jetson-facts.md; "PT" is the PowerTrain paper (arXiv
+2407.13944, Table 2) and "AT" the paper "Accelerated Training on Low-Power Edge Devices".
+Anything else is labelled ESTIMATE.
 The coefficient table with the reasoning behind each estimate is in docs/device.md.
 """
 
