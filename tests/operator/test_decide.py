@@ -297,6 +297,15 @@ PARTS_ROWS += [
         and merged(d).seeds == 2, spec=TWO_SEEDS),
 ]
 
+
+def _unobserved_planned_r() -> list[float]:
+    """The r planned with no observation (the proxy's, tilted by the population prior): one
+    size's observations must leave it as it is."""
+    d = dc.decide(SPEC, status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+                  world(nodes=(node("n1"),), configmaps=CACHE), SETTINGS)
+    assert d.status.efficiency is not None and d.status.efficiency.history is not None
+    return d.status.efficiency.history.planned_r
+
 ROWS = [
     Row("pending starts: progress ConfigMap, no RBAC of its own",
         status(Phase.pending), world(worker_identity=True), Phase.estimating,
@@ -468,8 +477,7 @@ ROWS = [
             "a.json": observation(128, 30_000.0)}}),
         Phase.training, ["event Planned"], "Planned",
         lambda d: d.status.efficiency is not None and d.status.efficiency.history is not None
-        and d.status.efficiency.history.planned_r == pytest.approx(
-            d.status.efficiency.history.prior_r)
+        and d.status.efficiency.history.planned_r == pytest.approx(_unobserved_planned_r())
         and d.status.selection is not None and d.status.selection.batch_size == 64),
     Row("selecting: opted out of learning: the proxy's r, no history in status",
         status(Phase.selecting, efficiency=EFF, profiles=[PROF]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -83,9 +84,17 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     assert trace_t[-1] == pytest.approx(outcome.training.usage.device_time_s, rel=1e-6)
     assert all(p > 0 for _, p in outcome.power_trace)
 
-    # The first run had nothing to learn from: it planned from the proxy's r.
-    assert outcome.history is not None and outcome.history.observations_total == 0
-    assert outcome.history.planned_r == pytest.approx(outcome.history.prior_r)
+    # The first run had nothing to learn from: it planned from the proxy's r, tilted per
+    # doubling of b by the population prior (the committed benches' (proxy, target) pairs).
+    first_history = outcome.history
+    assert first_history is not None and first_history.observations_total == 0
+    assert first_history.sources.tilt_trusted and first_history.gate is not None
+    tilt = first_history.sources.tilt_prior_mean
+    sizes, prior_r = first_history.batch_sizes, first_history.prior_r
+    tilted = [math.log(p / prior_r[0]) + tilt * math.log2(b / sizes[0])
+              for b, p in zip(sizes, prior_r, strict=True)]
+    planned = [math.log(p / first_history.planned_r[0]) for p in first_history.planned_r]
+    assert planned == pytest.approx(tilted, abs=1e-6)
     assert outcome.observation and Path(outcome.observation).is_file()
 
     second = _run(job, tmp_path, tmp_path / "r2", cache=shared_cache)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from edgetrain.planner.gate import (
@@ -46,6 +46,9 @@ def test_the_default_never_moves_on_same_size_observations_unless_the_gate_says_
     """The planned size is the prior's plan whatever one size's observations say, unless the
     gate explored, and then by exactly one doubling."""
     cost = np.array(time)
+    value = np.sort(cost * np.array(prior) / max(prior))
+    # A tie has no plan to keep: the flat scale leaves r the proxy's only to rounding.
+    assume(value[1] > value[0] * (1 + 1e-9))
     first = _pick(cost, np.array(prior) / max(prior))
     post = posterior(BATCHES, prior, [(b, n) for n in observed])
     decision = gate(post, cost, jobs_before=len(observed), settings=GateSettings(alpha=alpha))
