@@ -12,6 +12,7 @@ import pytest
 
 from edgetrain.api.errors import InputError
 from edgetrain.api.job import load_job
+from edgetrain.pipeline.report import history_summary
 from edgetrain.pipeline.run import RunOutcome
 from tests.helpers import run_edgetrain
 
@@ -121,6 +122,14 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     i = history.batch_sizes.index(again.plan.batch_size)
     assert again.plan.r == pytest.approx(history.planned_r[i])
     assert (tmp_path / "r2" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The summary `edgetrain run` prints: the chosen r, where it came from, what the gate did.
+    rows = dict(history_summary(history))
+    assert rows["planned r"].startswith(f"{history.batch_sizes[0]}: ")
+    assert rows["r from"] == "proxy (1 seed(s)), 1 observation(s)"
+    assert rows["tilt prior"].endswith(f"({src.tilt_pairs} pairs)")
+    assert rows["noise scale"].startswith("B_noise proxy ")
+    assert rows["exploration gate"].startswith(
+        f"exploited (incumbent b={history.gate.incumbent_batch_size};")
 
     # Opted out, a job plans from the proxy's r as before: the first run's plan, from the cache.
     job.write_text(JOB + "  strategy: {learnFromHistory: false}\n")
