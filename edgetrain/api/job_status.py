@@ -106,7 +106,9 @@ class GateStatus(_Status):
 
     explored: bool
     incumbent_batch_size: int = Field(description="the posterior mean's choice")
-    candidate_batch_size: int | None = Field(description="the size one doubling away weighed")
+    candidate_batch_size: int | None = Field(
+        default=None, description="the size one doubling away weighed (none: no size to weigh)"
+    )
     value: float = Field(description="expected saving over the remaining recurrences")
     cost: float = Field(description="expected extra time of this job at the candidate")
     pessimistic: float = Field(description="this job's overrun at the pessimistic bound")
@@ -204,8 +206,9 @@ class SelectionStatus(_Status):
     cpu_frequency_hz: int | None = None
     emc_frequency_hz: int | None = None
     power_watts: float
-    power_limit_watts: float | None
-    predicted_seconds: float | None
+    # Defaults: the status is written without nulls, and the CRD requires what has none.
+    power_limit_watts: float | None = None
+    predicted_seconds: float | None = None
     relative_time: float
     objective: str
     baselines: dict[str, PlanPointStatus] = Field(default_factory=dict)
