@@ -111,7 +111,8 @@ def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
         "gradient_noise_scale": vector.gradient_noise_scale[0]})
     spec = PowerAwareTrainingJobSpec.model_validate({
         "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
-        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64]})
+        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64],
+        "budget": {"seeds": [0]}})  # the estimate above trained seed 0 only
     verdict = parts_verdict({"part-0.json": first.model_dump_json(),
                              "part-1.json": part_file.read_text()},
                             tag="key/uid", spec=spec, job_state="succeeded")
