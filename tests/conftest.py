@@ -39,7 +39,8 @@ FIGURE1_POINTS = [
 # containerd (one real node per host), and podman's image store, which the README block and
 # the image tests both rebuild. With `pytest -n` they share one worker, and start first: together
 # they are the longest group.
-HOST_STATE_TESTS = ("tests/test_readme.py", "tests/images/", "tests/cluster/test_realnode.py")
+HOST_STATE_TESTS = ("tests/test_readme.py", "tests/images/", "tests/cluster/test_realnode.py",
+                    "tests/cluster/test_jetson_real.py")
 HOST_STATE_GROUP = "host-state"
 _SHARED_SCOPES = ("module", "package", "class")
 

@@ -1,5 +1,6 @@
-"""Credentials through the official client: kubeconfig files (contexts, exec plugins) and
-in-cluster ServiceAccount files with token rotation. No cluster needed."""
+"""Credentials: kubeconfig files through the official client (contexts, exec plugins), and
+in-cluster ServiceAccount files with token rotation, without it. No cluster needed but for
+the last test, which talks to the session's API server as a pod does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import pytest
 from edgetrain import kube
 from edgetrain.cluster.kubeconfig import write_kubeconfig
 from edgetrain.cluster.pki import ensure_pki
-from edgetrain.kube import KubeconfigError, load_configuration, node_ready, node_schedulable
+from edgetrain.kube import (
+    ENV_SERVICE_ACCOUNT_DIR,
+    KubeClient,
+    KubeconfigError,
+    load_configuration,
+    node_ready,
+    node_schedulable,
+)
 
 
 def _kubeconfig(path: Path, user: str, contexts: str = "[{name: c, context: {cluster: k, "
@@ -95,6 +103,9 @@ def test_in_cluster_token_is_reread_after_rotation(tmp_path: Path,
     cfg = load_configuration()
     assert cfg.host == "https://127.0.0.9:6443"
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer first"
+    # What the operator's kopf login reads of it, as of the library's Configuration.
+    assert (cfg.ssl_ca_cert, cfg.verify_ssl, cfg.cert_file, cfg.key_file) == (
+        str(sa / "ca.crt"), True, None, None)
     (sa / "token").write_text("second")  # the kubelet rotated it
     assert cfg.get_api_key_with_prefix("BearerToken") == "bearer second"
 
@@ -138,3 +149,55 @@ def _node(ready: str = "True", unschedulable: bool = False, taints: tuple[str, .
 def test_node_ready_and_schedulable(node: dict, ready: bool, schedulable: bool) -> None:
     assert node_ready(node) is ready
     assert node_schedulable(node) is schedulable
+
+
+@pytest.mark.cluster
+def test_in_cluster_client_talks_watches_and_never_imports_the_library(
+        cluster: object, kube: KubeClient, namespace: str, tmp_path: Path) -> None:
+    """A pod's client (token file and CA, no kubeconfig): requests, a watch and a 401 that
+    re-reads the token, in a fresh interpreter that never imports `kubernetes`."""
+    import os
+    import subprocess
+    import sys
+    from urllib.parse import urlparse
+
+    from edgetrain.kube import api_path
+
+    kube.create(api_path("v1", "serviceaccounts", namespace), {
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "probe"}})
+    kube.create(api_path("rbac.authorization.k8s.io/v1", "rolebindings", namespace), {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "probe"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "probe", "namespace": namespace}]})
+    token = kube.create(api_path("v1", "serviceaccounts", namespace, "probe", "token"), {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 600}})["status"]["token"]
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("revoked")  # a 401 first: the client reads the file again
+    (sa / "ca.crt").write_bytes(Path(cluster.pki.ca_crt).read_bytes())  # type: ignore[attr-defined]
+    url = urlparse(kube.server)
+    script = f"""
+import sys, threading, pathlib
+from edgetrain import kube
+c = kube.KubeClient.connect()
+pathlib.Path({str(sa / "token")!r}).write_text({token!r})
+kube.TOKEN_REREAD_S = 3600.0
+cm = kube.api_path("v1", "configmaps", {namespace!r})
+c.create(cm, {{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "x"}}}})
+stop = threading.Event()
+for kind, obj in c.list_watch(cm, stop, fieldSelector="metadata.name=x"):
+    if kind == "ADDED":
+        c.patch(cm + "/x", {{"data": {{"k": "v"}}}})
+    elif kind == "MODIFIED" and obj.get("data") == {{"k": "v"}}:
+        break
+print("kubernetes imported:", "kubernetes" in sys.modules)
+"""
+    env = {**os.environ, "KUBERNETES_SERVICE_HOST": str(url.hostname),
+           "KUBERNETES_SERVICE_PORT": str(url.port), ENV_SERVICE_ACCOUNT_DIR: str(sa)}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "kubernetes imported: False"

@@ -31,12 +31,20 @@ class EfficiencyVector(BaseModel):
     r: list[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None]
     device: str | None = Field(default=None, description="where it was trained: cpu, cuda:N")
     precision: str | None = Field(default=None, description="fp32, fp16 or bf16")
+    seeds: int | None = Field(default=None, ge=1, description="seeds merged per batch size")
+    gradient_noise_scale: list[Annotated[float, Field(gt=0, allow_inf_nan=False)] | None] | None = (
+        Field(
+            default=None,
+            description="B_simple (McCandlish et al. 2018) measured on the proxy per batch size,"
+            " geometric mean over seeds; null where not measured",
+        )
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> EfficiencyVector:
         n = len(self.batch_sizes)
-        for name in ("samples_to_accuracy", "r"):
-            if len(getattr(self, name)) != n:
+        for name in ("samples_to_accuracy", "r", "gradient_noise_scale"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(
                     f"{name} has {len(getattr(self, name))} entries but batch_sizes has {n}"
                 )
@@ -113,6 +121,22 @@ def median_samples(runs: Sequence[int | float | None]) -> float | None:
     return None if value == float("inf") else value
 
 
+def merged_samples(runs: Sequence[int | float | None]) -> float | None:
+    """N over seeds: the geometric mean (r is a ratio, its noise multiplicative) when every run
+    reached the target; with a miss, the median (a miss counting as infinitely many samples)."""
+    if any(r is None for r in runs):
+        return median_samples(runs)
+    return geometric_mean([float(r) for r in runs if r is not None])
+
+
+def geometric_mean(values: Sequence[float | None]) -> float | None:
+    """Of the values given (None: not measured); None when none is."""
+    given = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if len(given) <= 1:
+        return given[0] if given else None  # exactly, not exp(log(v))
+    return math.exp(statistics.fmean(math.log(v) for v in given))
+
+
 def target_not_reached_message(
     target_accuracy: float, dataset: str, sample_budget: int, best: Mapping[int, float]
 ) -> str:
@@ -127,7 +151,7 @@ def target_not_reached_message(
     )
 
 
-RunResult = tuple[int | None, float]  # samples at the first evaluation at the target, best acc
+RunResult = tuple[float | None, float]  # samples where the curve crossed the target, best acc
 
 
 def vector_from_runs(
@@ -138,19 +162,28 @@ def vector_from_runs(
     batch_sizes: Sequence[int],
     seeds: Sequence[int],
     results: Mapping[tuple[int, int], RunResult],
+    noise_scales: Mapping[tuple[int, int], float | None] | None = None,
 ) -> EfficiencyVector | dict[int, float]:
-    """The efficiency vector of every run's result (median over seeds), or, when no batch size
-    reached the target, the best accuracy per batch size (for the error)."""
-    samples = [median_samples([results[(b, seed)][0] for seed in seeds]) for b in batch_sizes]
+    """The efficiency vector of every run's result (`merged_samples` over seeds), with the
+    gradient noise scales where measured, or, when no batch size reached the target, the best
+    accuracy per batch size (for the error)."""
+    samples = [merged_samples([results[(b, seed)][0] for seed in seeds]) for b in batch_sizes]
     if all(s is None for s in samples):
         return {b: max(results[(b, seed)][1] for seed in seeds) for b in batch_sizes}
+    scales = None
+    if noise_scales:
+        scales = [geometric_mean([noise_scales.get((b, seed)) for seed in seeds])
+                  for b in batch_sizes]
     return EfficiencyVector.from_samples(
         model=model,
         dataset=dataset,
         target_accuracy=target_accuracy,
         batch_sizes=batch_sizes,
         samples_to_accuracy=samples,
-    )
+    ).model_copy(update={
+        "seeds": len(seeds),
+        "gradient_noise_scale": scales if scales and any(s is not None for s in scales) else None,
+    })
 
 
 class EfficiencyPart(BaseModel):
@@ -168,8 +201,12 @@ class EfficiencyPart(BaseModel):
     target_accuracy: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
     batch_size: int = Field(gt=0)
     seed: int
-    samples_to_accuracy: int | None = Field(ge=0, description="null: never reached the target")
+    samples_to_accuracy: float | None = Field(
+        ge=0, description="where the accuracy curve crossed the target (interpolated between"
+        " evaluations); null: never reached it")
     best_accuracy: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    gradient_noise_scale: float | None = Field(
+        default=None, gt=0, description="B_simple measured during the run (null: not measured)")
     device: str | None = None
     precision: str | None = None
 

@@ -45,6 +45,19 @@ class EfficiencyObservation(BaseModel):
     seed: int
     job: str = Field(min_length=1, description="the job (or run) that trained it")
     finished_at: str = ""
+    gradient_noise_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="B_simple measured in the training, on the target set"
+    )
+    explored: bool = Field(default=False, description="the gate sent it off the incumbent size")
+    explore_overrun: Annotated[float, Field(allow_inf_nan=False)] | None = Field(
+        default=None, description="its pessimistic overrun, in incumbent trainings (the budget)"
+    )
+    proxy_batch_sizes: list[int] | None = Field(
+        default=None, description="the proxy's batch sizes (with proxy_samples: a tilt pair)"
+    )
+    proxy_samples: list[float | None] | None = Field(
+        default=None, description="the proxy's N(b) this job planned from"
+    )
 
 
 def history_key(model: str, dataset: str, dataset_limit: int | None, target: float) -> str:
@@ -74,6 +87,10 @@ class ObservationPool(BaseModel):
         """(batch size, samples to target) of every used observation."""
         return [(o.batch_size, o.samples_to_accuracy) for o in self.used]
 
+    def spent(self) -> float:
+        """The pessimistic overruns the explorations among them recorded (the gate's budget)."""
+        return sum(o.explore_overrun or 0.0 for o in self.used if o.explored)
+
 
 def _why_unreadable(text: str) -> tuple[EfficiencyObservation | None, str]:
     try:
@@ -93,12 +110,13 @@ def _why_unreadable(text: str) -> tuple[EfficiencyObservation | None, str]:
 
 
 def read_pool(
-    entries: Mapping[str, str], key: str, weights: str | None
+    entries: Mapping[str, str], key: str, weights: str | None, *, match_weights: bool = True
 ) -> ObservationPool:
     """The usable observations of `key` among raw entries (name → JSON text).
 
     Corrupt or foreign entries (another key or version) are skipped with the reason; diverged
-    runs and runs from other starting weights are excluded; nothing raises.
+    runs and (unless `match_weights` is off) runs from other starting weights are excluded;
+    nothing raises.
     """
     pool = ObservationPool()
     for name in sorted(entries):
@@ -109,7 +127,7 @@ def read_pool(
             pool.skipped[name] = f"foreign: key {observation.key}, not {key}"
         elif observation.diverged:
             pool.excluded[name] = "the run diverged"
-        elif observation.weights != weights:
+        elif match_weights and observation.weights != weights:
             pool.excluded[name] = "started from other weights"
         elif not math.isfinite(observation.samples_to_accuracy):
             pool.skipped[name] = "samples_to_accuracy is not finite"

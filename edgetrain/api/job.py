@@ -111,6 +111,25 @@ class StrategySpec(_Spec):
         description="plan from a posterior r: the proxy's r corrected by the samples to target"
         " that earlier jobs with the same model, target set and target accuracy observed",
     )
+    expected_recurrences: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="learnFromHistory: how many jobs with this model, target set and target"
+        " accuracy to expect, this one included; trying another batch size pays back over them",
+    )
+    exploration_budget: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="learnFromHistory: trying another batch size may cost at worst this share"
+        " of the planned size's training time, cumulatively over the jobs (0: never explore)",
+    )
+
+
+#: The seeds an estimate merges by default (issue 41): the paper bench's trade-off (docs/planner.md)
+#: — 3 seeds take most of what 4 give to the first plan, at three quarters of their server time.
+DEFAULT_ESTIMATE_SEEDS = (0, 1, 2)
 
 
 class BudgetSpec(_Spec):
@@ -121,7 +140,12 @@ class BudgetSpec(_Spec):
     eval_interval_samples: Annotated[int, Field(gt=0)] = 512
     eval_samples: Annotated[int, Field(gt=0)] = 2000
     profile_minibatches: Annotated[int, Field(ge=2)] = 10
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_ESTIMATE_SEEDS),
+        min_length=1,
+        description="the estimate trains every batch size with each seed (one pod per (batch"
+        " size, seed)) and merges them; the first also seeds the training",
+    )
 
 
 class PowerAwareTrainingJobSpec(_Spec):

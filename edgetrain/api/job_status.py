@@ -83,8 +83,45 @@ class ObservationStatus(_Status):
 MAX_LISTED = 32
 
 
+class RSourcesStatus(_Status):
+    """Where the planned r came from (issue 41)."""
+
+    proxy_seeds: int | None = Field(default=None, description="seeds the proxy's r merges")
+    observations: int = Field(default=0, description="earlier jobs' observations used")
+    tilt_prior_mean: float = Field(default=0.0, description="population tilt per doubling of b")
+    tilt_prior_sd: float = 0.2
+    tilt_pairs: int = Field(default=0, description="(proxy, target) pairs pooled for it")
+    tilt_trusted: bool = Field(default=False, description="enough pairs to use the mean")
+    noise_scale_proxy: float | None = Field(
+        default=None, description="B_simple on the proxy (geometric mean over its runs)"
+    )
+    noise_scale_target: float | None = Field(
+        default=None, description="B_simple on the target set, from the observations"
+    )
+    noise_shape_used: bool = Field(default=False, description="both measured: shapes the prior")
+
+
+class GateStatus(_Status):
+    """The exploration gate's decision (costs in incumbent trainings: 0.1 = 10 % of one)."""
+
+    explored: bool
+    incumbent_batch_size: int = Field(description="the posterior mean's choice")
+    candidate_batch_size: int | None = Field(
+        default=None, description="the size one doubling away weighed (none: no size to weigh)"
+    )
+    value: float = Field(description="expected saving over the remaining recurrences")
+    cost: float = Field(description="expected extra time of this job at the candidate")
+    pessimistic: float = Field(description="this job's overrun at the pessimistic bound")
+    budget_left: float = Field(description="alpha × jobs − earlier explorations' overruns")
+    expected_recurrences: int
+    remaining: int = Field(description="recurrences still expected after this job")
+    alpha: float
+    reason: str = ""
+
+
 class HistoryStatus(_Status):
-    """Recurring jobs (issue 30): the proxy's r (prior), the observations, the posterior r."""
+    """Recurring jobs (issues 30, 41): the proxy's r (prior), the observations, the posterior r,
+    where the planned r came from and whether the gate explored."""
 
     config_map: str | None = Field(default=None, description="the history ConfigMap (cluster)")
     key: str
@@ -92,13 +129,20 @@ class HistoryStatus(_Status):
     batch_sizes: list[int]
     prior_r: list[float]
     posterior_r: list[float] = Field(description="posterior mean r")
-    posterior_log_sd: list[float] = Field(description="sd of log N(b) (the doubt per size)")
-    planned_r: list[float] = Field(description="the r the plan used (Thompson draw or bound)")
+    posterior_log_sd: list[float] = Field(
+        description="sd of log N(b) − log N(b_ref), b_ref the most observed size (else the"
+        " proxy's best): the doubt per size about how it compares, the common scale taken out"
+    )
+    planned_r: list[float] = Field(description="the r the plan used (posterior mean, gated)")
     observations: list[ObservationStatus] = Field(default_factory=list, max_length=MAX_LISTED)
     observations_total: int = 0
     skipped: list[str] = Field(
         default_factory=list, max_length=MAX_LISTED, description="'entry: why' for each entry"
         " left out (corrupt, foreign, diverged, other weights)"
+    )
+    sources: RSourcesStatus = Field(default_factory=RSourcesStatus)
+    gate: GateStatus | None = Field(
+        default=None, description="null: no profile was planned with it yet"
     )
 
 
@@ -162,8 +206,9 @@ class SelectionStatus(_Status):
     cpu_frequency_hz: int | None = None
     emc_frequency_hz: int | None = None
     power_watts: float
-    power_limit_watts: float | None
-    predicted_seconds: float | None
+    # Defaults: the status is written without nulls, and the CRD requires what has none.
+    power_limit_watts: float | None = None
+    predicted_seconds: float | None = None
     relative_time: float
     objective: str
     baselines: dict[str, PlanPointStatus] = Field(default_factory=dict)
@@ -191,6 +236,12 @@ class TrainingStatus(_Status):
     carry_from: str | None = Field(
         default=None, description="the previous segment's checkpoint folder this segment's"
         " Job starts from (a re-plan that changed b)")
+    samples_to_target: float | None = Field(
+        default=None, description="where the accuracy curve crossed the target (interpolated)"
+    )
+    gradient_noise_scale: float | None = Field(
+        default=None, description="B_simple measured in training (McCandlish et al. 2018)"
+    )
     carried_samples: int = Field(default=0, description="samples of earlier segments")
     carried_device_seconds: float = 0.0
     carried_energy_joules: float = 0.0

@@ -13,6 +13,9 @@ LABEL_L4T = "edgetrain.io/l4t"
 LABEL_JETPACK = "edgetrain.io/jetpack"
 LABEL_NODE_KIND = "edgetrain.io/node-kind"  # jetson | server | idle
 LABEL_VIRTUAL = "edgetrain.io/virtual"  # "true" on every node edgetrain simulates
+# On a real node that runs another architecture's containers under emulation (an arm64 Jetson
+# node on an x86-64 host): the architecture `kubernetes.io/arch` must say (cluster/archpolicy.py)
+LABEL_EMULATED_ARCH = "edgetrain.io/emulated-arch"
 ANNOTATION_GPU_FREQUENCIES_HZ = "edgetrain.io/gpu-frequencies-hz"
 ANNOTATION_SIMULATED = "edgetrain.io/simulated"
 ANNOTATION_NODE_AGENT = "edgetrain.io/node-agent"  # "running" once the board's agent labelled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,6 +84,23 @@ class DeviceUsage(BaseModel):
     simulated: bool = False
 
 
+def crossing_samples(curve: Sequence[tuple[int, float]], target_accuracy: float) -> float | None:
+    """Samples where the accuracy curve first reaches the target, interpolated linearly between
+    the evaluation below it and the one at or above it (the evaluation grid alone quantises N by
+    its interval, 2–7 % of N on the cpu bench). The first evaluation has no point before it:
+    its own sample count. None: never reached."""
+    previous: tuple[int, float] | None = None
+    for samples, accuracy in curve:
+        if accuracy >= target_accuracy:
+            if previous is None or not accuracy > previous[1]:
+                return float(samples)
+            s0, a0 = previous
+            share = (target_accuracy - a0) / (accuracy - a0)
+            return s0 + min(max(share, 0.0), 1.0) * (samples - s0)
+        previous = (samples, accuracy)
+    return None
+
+
 class TrainResult(BaseModel):
     """What `edgetrain train` reports at the end (and the operator copies into status)."""
 
@@ -94,6 +112,12 @@ class TrainResult(BaseModel):
     curve: list[tuple[int, float]]
     device: str | None = None  # where this segment trained: cpu, cuda:N
     precision: str | None = None
+    samples_to_target: float | None = Field(
+        default=None, description="where the curve crossed the target (crossing_samples)"
+    )
+    gradient_noise_scale: float | None = Field(
+        default=None, description="B_simple over the run (planner/noise.py); None: not measured"
+    )
 
 
 class TrainingEvent(BaseModel):
@@ -111,6 +135,8 @@ class TrainingEvent(BaseModel):
     precision: str | None = None
     reached_target: bool | None = None  # in the result
     resumed_from_samples: int | None = None  # in the result: where this segment started
+    samples_to_target: float | None = None  # in the result: the interpolated crossing
+    gradient_noise_scale: float | None = None  # in the result: B_simple of the segment
 
     @classmethod
     def from_line(cls, line: str) -> TrainingEvent | None:

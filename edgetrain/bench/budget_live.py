@@ -20,14 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from pydantic import BaseModel, Field
 
 from edgetrain.api.crd import PLURAL
 from edgetrain.api.job import API_VERSION
-from edgetrain.api.keys import ANNOTATION_POWER_LIMIT_WATTS
+from edgetrain.api.keys import ANNOTATION_POWER_LIMIT_WATTS, LABEL_PHASE
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
 
 POWER_METRIC = "edgetrain_power_total_watts"
@@ -44,19 +44,17 @@ def pod_limit_w(pod: Obj) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-class AuthorisedWatch:
-    """Per site node the highest limit among its pods that have not ended, else its idle
-    draw, summed after every pod event (see the module docstring)."""
+_T = TypeVar("_T", bound="InBackground")
 
-    def __init__(self, kube: KubeClient, idle_w: Mapping[str, float]) -> None:
-        self.kube, self.idle_w = kube, dict(idle_w)
-        self._pods: dict[str, tuple[str, float | None]] = {}  # uid → (node, limit)
-        self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, W, per node)
+
+class InBackground:
+    """Runs `_run` in a daemon thread while the `with` block runs; `_stop` ends it."""
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="authorised-watch", daemon=True)
-        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> AuthorisedWatch:
+    def __enter__(self: _T) -> _T:
         self._thread.start()
         return self
 
@@ -65,12 +63,31 @@ class AuthorisedWatch:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        raise NotImplementedError
+
+
+class AuthorisedWatch(InBackground):
+    """Per site node the highest limit among its pods that have not ended, else its idle
+    draw, summed after every pod event (see the module docstring)."""
+
+    def __init__(self, kube: KubeClient, idle_w: Mapping[str, float]) -> None:
+        super().__init__("authorised-watch")
+        self.kube, self.idle_w = kube, dict(idle_w)
+        self._pods: dict[str, tuple[str, float | None]] = {}  # uid → (node, limit)
+        self.samples: list[tuple[float, float, dict[str, float]]] = []  # (time, W, per node)
+        self.capped_sweeps: set[str] = set()  # profiling pods seen with a ceiling (uids)
+        self._lock = threading.Lock()
+
+    def _run(self) -> None:
         with contextlib.suppress(Exception):  # the stream ends with the cluster
             for kind, pod in self.kube.list_watch(api_path("v1", "pods"), self._stop):
                 uid = pod["metadata"]["uid"]
                 node = (pod.get("spec") or {}).get("nodeName") or ""
                 ended = (pod.get("status") or {}).get("phase") in FINAL
+                labels = pod["metadata"].get("labels") or {}
                 with self._lock:
+                    if labels.get(LABEL_PHASE) == "profile" and pod_limit_w(pod) is not None:
+                        self.capped_sweeps.add(uid)
                     if kind == "DELETED" or ended or node not in self.idle_w:
                         self._pods.pop(uid, None)
                     else:
@@ -98,25 +115,16 @@ class AuthorisedWatch:
             return [s for s in self.samples if s[1] > cap_at(s[0]) + 1e-6]
 
 
-class AgentPower:
+class AgentPower(InBackground):
     """Each site node's agent's board power (its /metrics), read every `interval_s`; the site's
     sum once every node has a reading."""
 
     def __init__(self, urls: Mapping[str, str], interval_s: float = 0.5) -> None:
+        super().__init__("agent-power")
         self.urls, self.interval_s = dict(urls), interval_s
         self.latest: dict[str, float] = {}
         self.sums: list[tuple[float, float]] = []  # (time, W)
         self._http = urllib3.PoolManager(maxsize=max(1, len(self.urls)))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="agent-power", daemon=True)
-
-    def __enter__(self) -> AgentPower:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -178,6 +186,8 @@ class LiveBudgetResult(BaseModel):
     max_measured_w: float | None = Field(description="highest sum of the agents' readings")
     seconds_over_cap_plus_1w: float = Field(description="time the agents' sum stayed over"
                                             " cap + 1 W, two readings in a row or more")
+    capped_sweeps: int = Field(0, description="profiling pods that ran under a grant's ceiling"
+                               " (seen by the pod watch)")
     wait_before_profile: Waits = Field(description="waiting for a profiling grant")
     wait_before_training: Waits = Field(description="waiting for a training grant")
     hog_rounds: list[int] = Field(default_factory=list)
@@ -298,6 +308,7 @@ def summarise(clocks: list[_JobClock], seconds: list[float], hogs: list[int],
         jobs_succeeded=sum(c.final == "Succeeded" for c in clocks), cap_w=cap_w,
         idle_w=round(sum(watch.idle_w.values()), 3), max_authorised_w=watch.max_w,
         authorised_over_cap=len(watch.over(cap_w)),
+        capped_sweeps=len(watch.capped_sweeps),
         max_measured_w=power.max_w if power is not None else None,
         seconds_over_cap_plus_1w=power.seconds_over(cap_w + 1.0) if power is not None else 0.0,
         wait_before_profile=_waits([c.profile_s for c in clocks if c.profiled]),

@@ -78,6 +78,7 @@ def _live(rounds: int, cap_w: float, hog_every: int, json_output: bool) -> None:
             ("pod events over the cap", str(result.authorised_over_cap)),
             ("max measured W (agents)", f"{result.max_measured_w}"),
             ("s over cap + 1 W (2+ readings)", f"{result.seconds_over_cap_plus_1w}"),
+            ("profiling pods under a ceiling", str(result.capped_sweeps)),
             ("wait before profiling, mean/max s",
              f"{result.wait_before_profile.mean_s}/{result.wait_before_profile.max_s}"),
             ("wait before training, mean/p95 s",

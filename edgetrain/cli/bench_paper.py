@@ -62,13 +62,22 @@ def bench_paper(
     device: Annotated[
         str, typer.Option(help="Where estimates train: auto (CUDA when present), cpu, cuda:N.")
     ] = "auto",
+    synthetic_seeds: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Synthetic seeds of the recurring harness (default: the configuration's 500;"
+            " 0 skips it).",
+        ),
+    ] = None,
     reevaluate_from: Annotated[
         Path | None,
         typer.Option(
             "--reevaluate",
             help="A recorded results JSON (e.g. docs/benchmarks/paper/cpu.json): recompute the"
             " comparison from its measured N(b), no training; the run's fields stay the"
-            " recorded run's (with --config, only its `recurring` settings are used).",
+            " recorded run's (with --config, only its `recurring`, `interpolated` and `seeds`"
+            " settings are used).",
         ),
     ] = None,
 ) -> None:
@@ -88,30 +97,36 @@ def bench_paper(
         command = shlex.join(["edgetrain", *sys.argv[1:]])
         if reevaluate_from is not None:
             from edgetrain.api.errors import read_input_text
-            from edgetrain.bench.paper import PaperBenchSummary, reevaluate
+            from edgetrain.bench.paper import read_recorded, reevaluate
 
             text = read_input_text(reevaluate_from, hint="pass --reevaluate a results JSON")
-            recorded = PaperBenchSummary.model_validate_json(text)
+            recorded = read_recorded(text)
             if config_file is not None:
-                # Only what needs no training may change: the recurring column's settings.
-                recurring = config.recurring
+                # Only what needs no training may change: the recurring column's settings, where
+                # N is read (interpolated, where recorded) and which of the recorded seeds count.
+                update = {"recurring": config.recurring, "interpolated": config.interpolated,
+                          "seeds": config.seeds}  # fmt: skip
                 recorded = recorded.model_copy(
-                    update={"config": recorded.config.model_copy(update={"recurring": recurring})}
+                    update={"config": recorded.config.model_copy(update=update)}
                 )
-            result = reevaluate(recorded, command=command, jobs=jobs)
+            result = reevaluate(recorded, command=command, jobs=jobs,
+                                synthetic_seeds=synthetic_seeds)  # fmt: skip
             config = recorded.config
         else:
             # With --json, progress lines go to stderr so stdout stays one JSON document.
             with Reporter(stream=sys.stderr if json_output else None) as reporter:
-                result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs)
+                result = run_bench(config, reporter, command=command, threads=threads, jobs=jobs,
+                                   synthetic_seeds=synthetic_seeds)  # fmt: skip
         if output is None:
             output = Path("docs/benchmarks/paper") / f"{config.scale}.md"
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(render_markdown(result))
         output.with_suffix(".json").write_text(result.summary().model_dump_json(indent=1) + "\n")
-        from edgetrain.bench.paper.plot import write_plot
+        from edgetrain.bench.paper.plot import write_plot, write_posterior_plot
 
         write_plot(result, output.with_suffix(".png"))
+        # docs/planner.md's figure: N(b) of the proxy, the posterior and the target.
+        write_posterior_plot(result, output.with_name(f"{output.stem}-posterior.png"))
         if json_output:
             typer.echo(result.model_dump_json())
         else:

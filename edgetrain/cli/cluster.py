@@ -15,15 +15,17 @@ from rich.console import Console
 from rich.table import Table
 
 from edgetrain import __version__
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
+from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_EMULATED_ARCH, LABEL_NODE_KIND
 from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
 from edgetrain.cluster.hostnet import NodeNetwork, cannot_run_kubelet, pick_network
 from edgetrain.cluster.images import CORE_IMAGES, import_project_images
+from edgetrain.cluster.jetsons import ARCHES as JETSON_ARCHES
+from edgetrain.cluster.jetsons import JETSON_IMAGES, JetsonFleet, teardown_jetsons
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
-from edgetrain.cluster.nodes import node_specs
+from edgetrain.cluster.nodes import VNodeSpec, node_specs
 from edgetrain.cluster.pki import Pki
 from edgetrain.cluster.process import ComponentError, ManagedProcess
 from edgetrain.cluster.realnode import (
@@ -80,7 +82,7 @@ def _all_nodes(client: KubeClient) -> list[Obj]:
 
 def _nodes_table(nodes: list[Obj]) -> Table:
     table = Table(title="nodes")
-    for col in ("name", "kind", "device model", "runtime", "ready"):
+    for col in ("name", "kind", "device model", "runtime", "arch", "ready"):
         table.add_column(col)
     idle = 0
     for n in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
@@ -89,11 +91,14 @@ def _nodes_table(nodes: list[Obj]) -> Table:
             idle += 1
             continue
         runtime = n.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion", "")
+        arch = labels.get("kubernetes.io/arch", "")
+        if LABEL_EMULATED_ARCH in labels:
+            arch += " (QEMU)"
         table.add_row(n["metadata"]["name"], labels.get(LABEL_NODE_KIND, ""),
-                      labels.get(LABEL_DEVICE_MODEL, ""), runtime,
+                      labels.get(LABEL_DEVICE_MODEL, ""), runtime, arch,
                       "yes" if node_ready(n) else "no")
     if idle:
-        table.add_row(f"(+{idle} kwok idle nodes)", "idle", "", "kwok", "")
+        table.add_row(f"(+{idle} kwok idle nodes)", "idle", "", "kwok", "", "")
     return table
 
 
@@ -122,6 +127,15 @@ def up(
         help="Project images to copy from podman into the real node's containerd, e.g. "
              "operator,node-agent,estimator.")] = ",".join(CORE_IMAGES),
     idle: Annotated[int, typer.Option(help="Idle kwok nodes (scale).")] = 0,
+    jetson_runtime: Annotated[str, typer.Option(
+        help="real: each Jetson a kubelet with containerd in namespaces of its own over its "
+             "device twin; virtual: pods as local processes (docs/cluster.md).")] = "virtual",
+    jetson_arch: Annotated[str, typer.Option(
+        help="Architecture of real Jetson nodes: arm64 (emulated with QEMU, as a Jetson is) "
+             "or amd64 (native: for tests where emulation is too slow).")] = "arm64",
+    jetson_images: Annotated[str, typer.Option(
+        help="Project images to copy from podman into each real Jetson node (its "
+             "architecture's member).")] = ",".join(JETSON_IMAGES),
     bare: Annotated[bool, typer.Option(
         help="Register every node with only the kubelet's labels (hostname, os, arch), as a "
              "fresh K3s node: edgetrain's labels then come from the chart's node agents "
@@ -132,10 +146,27 @@ def up(
     """Start the control plane and nodes in the background (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
     counts = _counts(jetson)
+    if jetson_runtime not in ("real", "virtual"):
+        err.print(f"--jetson-runtime {jetson_runtime!r}: use real or virtual", markup=False)
+        raise typer.Exit(2)
+    if jetson_arch not in JETSON_ARCHES:
+        err.print(f"--jetson-arch {jetson_arch!r}: use {' or '.join(JETSON_ARCHES)}",
+                  markup=False)
+        raise typer.Exit(2)
+    real_jetsons = jetson_runtime == "real" and bool(counts)
     existing = LocalCluster.attach(run_dir)
     reused = existing is not None and existing.healthy()
     if not reused:
-        teardown(run_dir)  # a real node of a stale cluster: stop it before starting over
+        teardown_jetsons(run_dir)  # nodes of a stale cluster: stop them before starting over
+        teardown(run_dir)
+    if real_jetsons and not reused:
+        reason = cannot_run_kubelet() or (
+            f"{', '.join(missing_binaries())} not built in {binaries.bin_dir()} "
+            "(`make cluster-bins`)" if missing_binaries() else None)
+        if reason is not None:
+            err.print(f"--jetson-runtime real: this host cannot run a kubelet: {reason}",
+                      markup=False)
+            raise typer.Exit(1)
     real = None
     if reused:
         real = "reuse" if (run_dir / "realnode.json").exists() else None
@@ -146,7 +177,7 @@ def up(
                       markup=False)
         else:
             real = "new"
-    net = pick_network() if real == "new" else None
+    net = pick_network() if real == "new" or (real_jetsons and not reused) else None
     try:
         cluster = LocalCluster(run_dir, detached=True, service_cidr=(
             net.service_cidr if net is not None else SERVICE_CIDR)).start(timeout_s)
@@ -154,13 +185,15 @@ def up(
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
     virtual_servers = server - (1 if real else 0)
-    expected = sum(counts.values()) + virtual_servers
+    virtual_jetsons = "" if real_jetsons else jetson
+    expected = (0 if real_jetsons else sum(counts.values())) + virtual_servers
     vnodes = cluster.components.get("vnodes")
     if expected and (vnodes is None or not vnodes.alive()):
         argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
                 str(cluster.kubeconfig), "--cluster-pki", str(cluster.pki.dir),
-                "--jetson", jetson, "--server", str(virtual_servers), "--prefix", VNODE_PREFIX,
-                "--work-dir", str(run_dir / "vnodes"), *(["--bare"] if bare else [])]
+                "--jetson", virtual_jetsons, "--server", str(virtual_servers),
+                "--prefix", VNODE_PREFIX, "--work-dir", str(run_dir / "vnodes"),
+                *(["--bare"] if bare else [])]
         proc = ManagedProcess("vnodes", argv, cluster.log_path("vnodes"), detached=True).start()
         cluster.adopt("vnodes", proc)
         with cluster.client() as client:
@@ -175,8 +208,11 @@ def up(
                               f"see {proc.log_path}")
                     raise typer.Exit(1)
                 time.sleep(0.5)
-    if net is not None:
+    if net is not None and real == "new":
         _start_real_node(cluster, net, images, timeout_s, bare)
+    if net is not None and real_jetsons:
+        specs = node_specs(counts, 0, prefix="", bare=bare)
+        _start_real_jetsons(cluster, net, specs, jetson_arch, jetson_images, timeout_s)
     if idle:
         with cluster.client() as client:
             create_idle_nodes(client, idle)
@@ -199,8 +235,7 @@ def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeo
         for name, proc in node.procs.items():
             cluster.adopt(name, proc)
         wanted = [i.strip() for i in images.split(",") if i.strip()]
-        for res in import_project_images(binaries.bin_dir() / "ctr", node.socket, node.dir,
-                                         __version__, wanted):
+        for res in import_project_images(node.ctr(), node.dir, __version__, wanted):
             if res.missing:
                 out.print(f"image {res.ref}: {res.missing}", markup=False)
             else:
@@ -216,11 +251,33 @@ def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeo
               markup=False)
 
 
+def _start_real_jetsons(cluster: LocalCluster, net: NodeNetwork, specs: list[VNodeSpec],
+                        arch: str, images: str, timeout_s: float) -> None:
+    fleet = JetsonFleet(cluster.run_dir, net, cluster.ports["apiserver"], arch)
+    wanted = [i.strip() for i in images.split(",") if i.strip()]
+    try:
+        with cluster.client() as client:
+            results = fleet.start(specs, client, wanted, __version__, timeout_s,
+                                  lambda m: out.print(m, markup=False))
+        for name, (proc, runs) in fleet.all_procs().items():
+            cluster.adopt(name, proc, runs)
+    except (ComponentError, RuntimeError, OSError) as exc:
+        teardown_jetsons(cluster.run_dir)
+        teardown(cluster.run_dir)
+        cluster.stop()
+        err.print(f"[red]cluster up failed: real Jetson nodes:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    for res in results:
+        out.print(f"image {res.ref}: {res.missing or 'imported into each Jetson node'} "
+                  f"(linux/{arch})", markup=False)
+
+
 @app.command()
 def down(dir: DirOpt = None) -> None:
     """Stop everything `cluster up` started and remove what its real node left (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
-    had_node = teardown(run_dir, log=lambda m: out.print(m, markup=False))
+    had_jetsons = teardown_jetsons(run_dir, log=lambda m: out.print(m, markup=False))
+    had_node = teardown(run_dir, log=lambda m: out.print(m, markup=False)) or had_jetsons
     cluster = LocalCluster.attach(run_dir)
     if cluster is None:
         if not had_node:

@@ -148,6 +148,10 @@ def run_command(
         ("efficiency vector", _phase(outcome.efficiency_phase.cached, "estimated in", eff_s)),
         ("profile", _phase(outcome.profile_phase.cached, f"{points} points in", prof_s)),
     ]
+    if outcome.history is not None:
+        from edgetrain.pipeline.report import history_summary
+
+        rows += history_summary(outcome.history)
     for name, value in rows:
         summary.add_row(name, value)
     stdout.print(summary)

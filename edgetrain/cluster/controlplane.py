@@ -229,9 +229,11 @@ class LocalCluster:
         starters[name]()
         return time.monotonic() - started
 
-    def adopt(self, name: str, proc: ManagedProcess) -> None:
-        """Record an extra process (e.g. the vnodes agent) so stop()/`cluster down` end it."""
-        self.components[name] = Component(name, proc.pid, proc.argv[0], proc.log_path, proc)
+    def adopt(self, name: str, proc: ManagedProcess, runs: str | None = None) -> None:
+        """Record an extra process (e.g. the vnodes agent) so stop()/`cluster down` end it;
+        `runs`: its argv[0] once it has exec'd another program (what `alive` checks)."""
+        self.components[name] = Component(name, proc.pid, runs or proc.argv[0], proc.log_path,
+                                          proc)
         self._save_state()
 
     def memory_rss_bytes(self) -> dict[str, int]:

@@ -98,7 +98,8 @@ def pick_network() -> NodeNetwork:
     for slot in SLOTS:
         net = NodeNetwork(slot)
         nets = [ipaddress.ip_network(f"198.18.{slot}.0/24"), ipaddress.ip_network(net.service_cidr)]
-        if link_exists(net.dummy) or link_exists(net.bridge):
+        # etv<slot>n0: the first namespaced Jetson node's veth (nsnode.py).
+        if link_exists(net.dummy) or link_exists(net.bridge) or link_exists(f"etv{slot}n0"):
             continue
         if any(a.network.overlaps(n) for a in used for n in nets):
             continue

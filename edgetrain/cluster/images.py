@@ -4,21 +4,27 @@ namespace under the very tags the chart names (so `IfNotPresent` finds them)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PAUSE_IMAGE = "localhost/edgetrain/pause:3.10"
 PLATFORM = "linux/amd64"
-# Where `make images-core` (REGISTRY default) and tests/images (localhost) put the images.
-REGISTRIES = ("ghcr.io/edgetrain", "localhost/edgetrain")
+# Where `make images-core` (REGISTRY default) and tests/images (localhost) put the images;
+# EDGETRAIN_IMAGE_REGISTRIES (space-separated) looks elsewhere first, e.g. a branch's own build
+# (`make images-core REGISTRY=localhost/mine`) beside others' in a shared store.
+REGISTRIES = (*os.environ.get("EDGETRAIN_IMAGE_REGISTRIES", "").split(), "ghcr.io/edgetrain",
+              "localhost/edgetrain")
 CORE_IMAGES = ("operator", "node-agent")
+CHART_REGISTRY = "ghcr.io/edgetrain"  # the chart's default: imported images answer to it too
 
 
 def _blob(blobs: dict[str, bytes], data: bytes, media_type: str) -> dict[str, object]:
@@ -115,18 +121,18 @@ def _podman(cmd: Sequence[str]) -> str:
     return res.stdout
 
 
-def host_image_tag(ref: str) -> str | None:
-    """A tag of the image a node of this host's platform runs for `ref`: `ref` itself, or a
-    tag of its manifest list's member for PLATFORM; None where that member has no tag."""
+def platform_image_tag(ref: str, platform: str = PLATFORM) -> str | None:
+    """A tag of the image a node of `platform` runs for `ref`: `ref` itself, or a tag of its
+    manifest list's member for `platform`; None where that member has no tag."""
     if not _is_manifest_list(ref):
         return ref
-    os_name, arch = PLATFORM.split("/")
+    os_name, arch = platform.split("/")
     listed = json.loads(_podman(["podman", "manifest", "inspect", ref]))
     digests = [m["digest"] for m in listed.get("manifests", [])
                if m.get("platform", {}).get("os") == os_name
                and m.get("platform", {}).get("architecture") == arch]
     if not digests:
-        raise RuntimeError(f"{ref} lists no {PLATFORM} image")
+        raise RuntimeError(f"{ref} lists no {platform} image")
     member = f"{ref.rsplit(':', 1)[0]}@{digests[0]}"
     res = subprocess.run(["podman", "image", "inspect", "--format", "{{json .RepoTags}}", member],
                          capture_output=True, text=True, check=False)
@@ -134,25 +140,44 @@ def host_image_tag(ref: str) -> str | None:
     return str(tags[0]) if tags else None
 
 
-def export_host_archive(ref: str, out: Path) -> tuple[Path, str]:
-    """The image this host's platform runs for `ref` as an archive, and the name `ctr images
+def image_arch(ref: str) -> str:
+    """The architecture podman records for a plain image ("" if unknown)."""
+    res = subprocess.run(["podman", "image", "inspect", "--format", "{{.Architecture}}", ref],
+                         capture_output=True, text=True, check=False)
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def export_platform_archive(ref: str, out: Path, platform: str = PLATFORM) -> tuple[Path, str]:
+    """The image a node of `platform` runs for `ref` as an archive, and the name `ctr images
     import` gives it: a docker archive of one image, its layers uncompressed (an OCI archive of
     a whole list gzips every architecture's layers: 15 s of CPU against 3.5 s here); the OCI
-    archive where the member has no tag to name it by."""
-    tag = host_image_tag(ref)
+    archive where the member has no tag to name it by. A plain image of another architecture
+    is refused, saying so."""
+    tag = platform_image_tag(ref, platform)
     if tag is None:
         return export_oci_archive(ref, out), ref
+    arch = image_arch(tag)
+    if arch and arch != platform.split("/")[1]:
+        raise RuntimeError(f"{tag} is a {arch} image, not {platform}")
     out.unlink(missing_ok=True)
     _podman(["podman", "save", "--quiet", "--format", "docker-archive", "-o", str(out), tag])
     return out, tag
 
 
-def ctr_import(ctr: Path, address: Path, archive: Path, name: str,
-               aliases: Sequence[str] = ()) -> None:
-    """Import an OCI archive into containerd's k8s.io namespace (this host's platform only)
-    and make sure it answers to `name` and each of `aliases`."""
-    base = [str(ctr), "--address", str(address), "-n", "k8s.io"]
-    res = subprocess.run([*base, "images", "import", "--platform", PLATFORM, str(archive)],
+def export_host_archive(ref: str, out: Path) -> tuple[Path, str]:
+    """export_platform_archive for this host's platform (the server node's)."""
+    return export_platform_archive(ref, out, PLATFORM)
+
+
+def ctr_import(ctr: Sequence[str], archive: Path, name: str, aliases: Sequence[str] = (),
+               platform: str = PLATFORM) -> None:
+    """Import an archive into containerd's k8s.io namespace (`platform` only) and make sure it
+    answers to `name` and each of `aliases`. `ctr`: the command with its --address."""
+    base = [*ctr, "-n", "k8s.io"]
+    # Unpacked layers leave the content store (it would hold each image twice: 1.1 GB more
+    # per node for the arm64 trainer); nothing pulls them again here.
+    res = subprocess.run([*base, "images", "import", "--local", "--discard-unpacked-layers",
+                          "--platform", platform, str(archive)],
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"ctr images import {archive}: {res.stderr.strip()[-500:]}")
@@ -168,22 +193,65 @@ def ctr_import(ctr: Path, address: Path, archive: Path, name: str,
                 raise RuntimeError(f"ctr images tag {name} {alias}: {res.stderr.strip()}")
 
 
-def import_project_images(ctr: Path, address: Path, work_dir: Path, tag: str,
-                          names: Sequence[str] = CORE_IMAGES) -> list[ImportResult]:
-    """Copy each project image podman holds into containerd, under podman's own name and the
-    chart's default (`<REGISTRIES[0]>/<name>:<tag>`)."""
-    results = []
-    for name in names:
-        ref = podman_ref(name, tag)
-        if ref is None:
-            results.append(ImportResult(f"{REGISTRIES[0]}/{name}:{tag}", missing=(
-                f"not in podman's store under {' or '.join(REGISTRIES)} "
-                f"(`make images-core` builds it)")))
-            continue
-        archive, imported = export_host_archive(ref, work_dir / f"{name}.image.tar")
-        try:
-            ctr_import(ctr, address, archive, imported, [ref, f"{REGISTRIES[0]}/{name}:{tag}"])
-        finally:
-            archive.unlink(missing_ok=True)
-        results.append(ImportResult(ref, source=ref))
-    return results
+@dataclass
+class ImageExports:
+    """Archives of project images per platform, made once and imported into several nodes."""
+
+    work_dir: Path
+    tag: str
+    made: dict[tuple[str, str], tuple[Path, str, str] | ImportResult] = field(
+        default_factory=dict)
+
+    def archive(self, name: str, platform: str) -> tuple[Path, str, str] | ImportResult:
+        """(archive, imported name, podman ref), or why there is none."""
+        key = (name, platform)
+        if key not in self.made:
+            ref = podman_ref(name, self.tag)
+            if ref is None:
+                self.made[key] = ImportResult(f"{CHART_REGISTRY}/{name}:{self.tag}", missing=(
+                    f"not in podman's store under {' or '.join(REGISTRIES)} "
+                    f"(`make images-core` builds it)"))
+            else:
+                self.work_dir.mkdir(parents=True, exist_ok=True)
+                out = self.work_dir / f"{name}.{platform.replace('/', '-')}.image.tar"
+                try:
+                    archive, imported = export_platform_archive(ref, out, platform)
+                    self.made[key] = (archive, imported, ref)
+                except RuntimeError as exc:
+                    self.made[key] = ImportResult(ref, missing=str(exc))
+        return self.made[key]
+
+    def import_into(self, ctr: Sequence[str], names: Sequence[str], platform: str = PLATFORM,
+                    ) -> list[ImportResult]:
+        """Import each image into one node's containerd, under podman's own name and the
+        chart's default (`<CHART_REGISTRY>/<name>:<tag>`)."""
+        results = []
+        for name in names:
+            got = self.archive(name, platform)
+            if isinstance(got, ImportResult):
+                results.append(got)
+                continue
+            archive, imported, ref = got
+            ctr_import(ctr, archive, imported, [ref, f"{CHART_REGISTRY}/{name}:{self.tag}"],
+                       platform)
+            results.append(ImportResult(ref, source=ref))
+        return results
+
+    def clean(self) -> None:
+        """Remove the archives (and the folder, when it is empty)."""
+        for got in self.made.values():
+            if not isinstance(got, ImportResult):
+                got[0].unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.work_dir.rmdir()
+
+
+def import_project_images(ctr: Sequence[str], work_dir: Path, tag: str,
+                          names: Sequence[str] = CORE_IMAGES, platform: str = PLATFORM,
+                          ) -> list[ImportResult]:
+    """Copy each project image podman holds into one node's containerd (see ImageExports)."""
+    exports = ImageExports(work_dir, tag)
+    try:
+        return exports.import_into(ctr, names, platform)
+    finally:
+        exports.clean()

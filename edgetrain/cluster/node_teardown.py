@@ -34,7 +34,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def kubelet_running() -> bool:
-    """True if a kubelet of ours already runs on this host (another cluster's real node)."""
+    """True if a kubelet of ours already runs in this host's namespaces (another cluster's
+    real server node; namespaced Jetson nodes do not count: they share no host path)."""
     return bool(pids_running(str(binaries.bin_dir() / "kubelet")))
 
 
@@ -47,14 +48,23 @@ def kubepods_dirs() -> list[Path]:
 
 
 def pids_running(exe: str) -> list[int]:
-    """Pids whose argv[0] is `exe`."""
+    """Pids whose argv[0] is `exe`, in this host's mount namespace (a namespaced node's
+    processes are its own: nsnode_teardown.py)."""
+    own = _mnt_ns(os.getpid())
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             cmd = pid_cmdline(int(entry.name))
-            if cmd and cmd[0] == exe:
+            if cmd and cmd[0] == exe and _mnt_ns(int(entry.name)) == own:
                 out.append(int(entry.name))
     return out
+
+
+def _mnt_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
 
 
 def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:

@@ -62,13 +62,15 @@ class VNodeSpec:
 
 def node_specs(counts: Mapping[str, int], servers: int = 0, prefix: str = "vnode",
                bare: bool = False) -> list[VNodeSpec]:
-    """Named specs: <prefix>-<board>-<i> for each board count, <prefix>-gpu-server-<i>."""
+    """Named specs: <prefix>-<board>-<i> for each board count, <prefix>-gpu-server-<i> (no
+    prefix: <board>-<i>, as the real nodes are named)."""
     out: list[VNodeSpec] = []
+    head = f"{prefix}-" if prefix else ""
     for board, count in counts.items():
         prof = profile(board)
-        out += [VNodeSpec(f"{prefix}-{prof.board}-{i}", prof, bare) for i in range(count)]
+        out += [VNodeSpec(f"{head}{prof.board}-{i}", prof, bare) for i in range(count)]
     server = profile("server")
-    out += [VNodeSpec(f"{prefix}-{server.board}-{i}", server, bare) for i in range(servers)]
+    out += [VNodeSpec(f"{head}{server.board}-{i}", server, bare) for i in range(servers)]
     return out
 
 

@@ -17,7 +17,6 @@ from typing import Any
 from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_NODE_KIND
 from edgetrain.cluster import binaries, relay
 from edgetrain.cluster.hostnet import (
-    CNI_BIN_DIR,
     NodeNetwork,
     create_dummy,
     read_ip_forward,
@@ -34,6 +33,7 @@ from edgetrain.cluster.node_teardown import (
     pids_running,
     teardown,
 )
+from edgetrain.cluster.nodeconfig import cni_conflist, containerd_toml, kubelet_config
 from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
 from edgetrain.cluster.process import (
     ComponentError,
@@ -43,7 +43,6 @@ from edgetrain.cluster.process import (
 from edgetrain.kube import KubeClient, api_path, node_schedulable
 
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "pause")
-KUBELET_PORT = 10250
 UNIX_PATH_MAX = 104  # containerd's limit (sun_path is 108 bytes with the NUL on Linux)
 
 
@@ -87,6 +86,10 @@ class RealNode:
                              capture_output=True, text=True, check=False).stdout.split()
         return f"containerd://{out[2] if len(out) > 2 else 'unknown'}"
 
+    def ctr(self) -> list[str]:
+        """`ctr` against the node's containerd."""
+        return [str(binaries.bin_dir() / "ctr"), "--address", str(self.socket)]
+
     @property
     def kubelet_root(self) -> Path:
         """The kubelet's --root-dir (pods' volumes, its own sockets)."""
@@ -118,8 +121,7 @@ class RealNode:
         self._write_configs(pki)
         self._start_containerd(timeout_s)
         write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
-        ctr_import(binaries.bin_dir() / "ctr", self.socket, self.dir / "pause.oci.tar",
-                   PAUSE_IMAGE)
+        ctr_import(self.ctr(), self.dir / "pause.oci.tar", PAUSE_IMAGE)
         # The module as a script: it needs the standard library only, not the package.
         self._spawn("api-relay", [
             _python(), "-I", str(Path(relay.__file__)),
@@ -183,110 +185,20 @@ class RealNode:
 
     def _containerd_toml(self) -> str:
         c = self.dir / "ctd"
-        runc = shutil.which("runc") or "runc"
-        return f"""# Written by `edgetrain cluster up`: containerd of the cluster's real node. Every
-# path is under the cluster's directory; docs/cluster.md says why each setting is needed.
-version = 4
-root = "{c / 'root'}"
-state = "{c / 'state'}"
-imports = []
-
-[plugins."io.containerd.server.v1.grpc"]
-  address = "{self.socket}"
-
-[plugins."io.containerd.server.v1.ttrpc"]
-  address = "{self.socket}.ttrpc"
-
-[plugins."io.containerd.nri.v1.nri"]
-  disable = true
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{c / 'opt'}"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_tls_streaming = false
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "{PAUSE_IMAGE}"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  disable_apparmor = true
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-  BinaryName = "{runc}"
-  Root = "{c / 'runc'}"
-  SystemdCgroup = false
-
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["{CNI_BIN_DIR}"]
-  conf_dir = "{self.dir / 'cni' / 'net.d'}"
-  max_conf_num = 1
-"""
+        return containerd_toml(root=c / "root", state=c / "state", socket=self.socket,
+                               opt=c / "opt", runc=shutil.which("runc") or "runc",
+                               runc_root=c / "runc", cni_conf_dir=self.dir / "cni" / "net.d")
 
     def _cni_conf(self) -> dict[str, Any]:
         net = self.net
-        return {
-            "cniVersion": "1.0.0",
-            "name": net.network_name,
-            "plugins": [{
-                "type": "bridge",
-                "bridge": net.bridge,
-                "isGateway": True,
-                "ipMasq": False,  # no NAT, no iptables: pods reach this machine only
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": str(self.dir / "cni" / "ipam"),
-                    "ranges": [[{"subnet": net.pod_subnet, "gateway": net.pod_gateway}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                },
-            }],
-        }
+        return cni_conflist(name=net.network_name, bridge=net.bridge, subnet=net.pod_subnet,
+                            gateway=net.pod_gateway, ipam_dir=self.dir / "cni" / "ipam")
 
     def _kubelet_config(self, pki: Pki) -> dict[str, Any]:
-        d = self.dir
-        endpoint = f"unix://{self.socket}"
-        return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": self.address,
-            "port": KUBELET_PORT,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": 0,
-            "tlsCertFile": str(d / "pki" / "kubelet.crt"),
-            "tlsPrivateKeyFile": str(d / "pki" / "kubelet.key"),
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(pki.ca_crt)}},
-            "authorization": {"mode": "Webhook"},
-            "containerRuntimeEndpoint": endpoint,
-            "imageServiceEndpoint": endpoint,
-            # This host: cgroup v1 (hybrid), no systemd as PID 1.
-            "failCgroupV1": False,
-            "cgroupDriver": "cgroupfs",
-            "failSwapOn": False,
-            # Else a host-wide KUBE-FIREWALL DROP rule for non-loopback sources to 127/8.
-            "makeIPTablesUtilChains": False,
-            "podLogsDir": str(d / "pod-logs"),
-            "volumePluginDir": str(d / "volume-plugins"),
-            "staticPodPath": "",
-            "resolvConf": "/etc/resolv.conf",
-            # Images come from `cluster up`, never from a registry: garbage collection would
-            # delete an image nothing can pull again; eviction thresholds suit a shared host.
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
-            "serializeImagePulls": False,
-            "nodeStatusReportFrequency": "10s",
-        }
+        return kubelet_config(address=self.address, tls_dir=self.dir / "pki",
+                              client_ca=pki.ca_crt, endpoint=f"unix://{self.socket}",
+                              pod_logs_dir=self.dir / "pod-logs",
+                              volume_plugin_dir=self.dir / "volume-plugins")
 
     # --- processes ---
 

@@ -19,6 +19,10 @@ COMPATIBLE_FILES = ("proc/device-tree/compatible", "sys/firmware/devicetree/base
 L4T_FILE = "etc/nv_tegra_release"  # [R4]
 #: marker directory the twin creates; its presence labels every figure as simulated
 TWIN_MARKER_DIR = "run/edgetrain-twin"
+#: the board, said by whoever deployed this process (the chart's per-board DaemonSet): read
+#: only where the devicetree is not, as in an unprivileged container, whose runtime masks
+#: /sys/firmware (and /proc/device-tree, a link into it)
+ENV_BOARD = "EDGETRAIN_BOARD"
 
 # (substring of the lower-cased devicetree model, board id); first match wins.
 _BOARD_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -97,7 +101,8 @@ def detect_board(root: str | os.PathLike[str] | None = None,
                  device_tree: str | os.PathLike[str] | None = None) -> BoardIdentity:
     """Read devicetree model/compatible and nv_tegra_release under the root. `device_tree`: a
     directory holding the devicetree's `model` and `compatible`, read first (in a container
-    the runtime masks /sys/firmware, so the chart mounts the host's elsewhere)."""
+    the runtime masks /sys/firmware, so the chart mounts the host's elsewhere). Where no
+    devicetree is readable, the board is $EDGETRAIN_BOARD's (the chart's per-board agent)."""
     base = resolve_root(root)
     first = (Path(device_tree),) if device_tree is not None else ()
     raw_model = _first_readable_of(first, "model") or _first_readable(base, MODEL_FILES)
@@ -112,10 +117,9 @@ def detect_board(root: str | os.PathLike[str] | None = None,
         l4t = parse_l4t_release(read_text(base / L4T_FILE))
     except OSError:
         l4t = None
-    return BoardIdentity(
-        model=model, board_id=board_id_from_model(model) if model else None, soc=soc, l4t=l4t,
-        jetpack=jetpack_for_l4t(l4t),
-    )
+    board_id = board_id_from_model(model) if model else os.environ.get(ENV_BOARD) or None
+    return BoardIdentity(model=model, board_id=board_id, soc=soc, l4t=l4t,
+                         jetpack=jetpack_for_l4t(l4t))
 
 
 class ThermalZone(BaseModel):

@@ -40,6 +40,23 @@ def _mhz(freq_hz: int) -> str:
     return f"{freq_hz / 1e6:g}"
 
 
+def _of_name(device: Path) -> str | None:
+    """A device's devicetree node name: `of_node/name`, or where a container runtime masks
+    /sys/firmware (runc does for every unprivileged container: the link's target), the
+    `OF_NAME=` line the kernel puts in the device's `uevent`."""
+    try:
+        return read_text(device / "of_node" / "name")
+    except OSError:
+        pass
+    try:
+        for line in read_text(device / "uevent").splitlines():
+            if line.startswith("OF_NAME="):
+                return line.split("=", 1)[1]
+    except OSError:
+        pass
+    return None
+
+
 class GpuDevfreq:
     """One GPU devfreq node (e.g. /sys/class/devfreq/57000000.gpu)."""
 
@@ -53,10 +70,8 @@ class GpuDevfreq:
         base = resolve_root(root) / "sys" / "class" / "devfreq"
         seen: list[str] = []
         for node in sorted(base.glob("*")) if base.is_dir() else []:
-            name_file = node / "device" / "of_node" / "name"
-            try:
-                name = read_text(name_file)
-            except OSError:
+            name = _of_name(node / "device")
+            if name is None:
                 continue
             seen.append(f"{node.name}={name}")
             if name in GPU_OF_NODE_NAMES:

@@ -151,7 +151,8 @@ def wake_groups(status: PowerAwareTrainingJobStatus, name: str,
 # decision (`records_only`).
 _PROGRESS_FIELDS = frozenset({
     "pod", "samples", "accuracy", "device_seconds", "energy_joules", "peak_power_watts",
-    "reached_target", "simulated", "device", "precision"})
+    "reached_target", "simulated", "device", "precision", "samples_to_target",
+    "gradient_noise_scale"})
 
 
 def records_only(before: PowerAwareTrainingJobStatus, decision: Decision) -> bool:
@@ -549,12 +550,6 @@ class _Step:
             return
         efficiency = parse_efficiency_json(eff_data["efficiency.json"],
                                            status.efficiency.config_map)
-        # Recurring jobs: the proxy's r corrected by earlier jobs' observations (issue 30).
-        hist_cm = hist.history_configmap_name(hist.spec_history_key(spec))
-        efficiency, status.efficiency.history, skipped = hist.plan_input(
-            spec, efficiency, dict(world.configmaps.get(hist_cm, {})), world.name)
-        for warning in skipped:
-            self.event("Warning", "ObservationSkipped", warning)
         lost = frozenset(status.training.nodes_lost if status.training else [])
         cands = {c.device_model: c for c in ph.candidates(world.nodes, self.selector(), lost)}
         luts: dict[str, list[ProfilePoint]] = {}
@@ -573,6 +568,14 @@ class _Step:
                          "NoCandidateNode")
             return
         status.attempts.waiting_for_node_since = None
+        # Recurring jobs: the proxy's r corrected by earlier jobs' observations, gated on the
+        # profile it plans on (issues 30, 41).
+        hist_cm = hist.history_configmap_name(hist.spec_history_key(spec))
+        efficiency, status.efficiency.history, skipped = hist.plan_input(
+            spec, efficiency, dict(world.configmaps.get(hist_cm, {})), world.name, luts,
+            world.configmaps)
+        for warning in skipped:
+            self.event("Warning", "ObservationSkipped", warning)
         model, result, rows = ph.plan_candidates(spec, efficiency, luts)
         if model is None or result is None:
             self.go(Phase.failed, "Infeasible", infeasible_message(spec, rows, luts))
@@ -725,7 +728,9 @@ class _Step:
         if outcome.state == "succeeded" or outcome.exit_code == ph.EXIT_BUDGET:
             # Reached or not (then censored at the budget), it is what this b costs here.
             reached = outcome.state == "succeeded"  # exit 0: the trainer reached the target
-            for action in hist.record_actions(spec, world.job, sel.batch_size, training, reached):
+            learned = status.efficiency.history if status.efficiency else None
+            for action in hist.record_actions(spec, world.job, sel.batch_size, training, reached,
+                                              learned):
                 self.act(action)
         if outcome.state == "succeeded":
             self.go(Phase.succeeded, "TargetReached",

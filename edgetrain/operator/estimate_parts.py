@@ -172,7 +172,8 @@ def parts_verdict(
     merged = vector_from_runs(
         model=spec.model.architecture, dataset=spec.proxy_dataset.name,
         target_accuracy=spec.target_accuracy, batch_sizes=spec.batch_sizes,
-        seeds=spec.budget.seeds, results=results)
+        seeds=spec.budget.seeds, results=results,
+        noise_scales={(p.batch_size, p.seed): p.gradient_noise_scale for p in parts.values()})
     if not isinstance(merged, EfficiencyVector):
         message = target_not_reached_message(spec.target_accuracy, spec.proxy_dataset.name,
                                              spec.budget.estimate_samples, merged)

@@ -426,6 +426,10 @@ def apply_progress(training: TrainingStatus, event: TrainingEvent) -> None:
         training.precision = event.precision
     if event.reached_target is not None:
         training.reached_target = event.reached_target
+    if event.samples_to_target is not None:
+        training.samples_to_target = training.carried_samples + event.samples_to_target
+    if event.gradient_noise_scale is not None:
+        training.gradient_noise_scale = event.gradient_noise_scale
 
 
 def infeasible_message(

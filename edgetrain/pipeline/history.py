@@ -24,7 +24,17 @@ from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.job_status import HistoryStatus
 from edgetrain.api.training import TrainResult
 from edgetrain.pipeline.dryrun import cache_root
-from edgetrain.planner.history import learn
+from edgetrain.planner import Lut
+from edgetrain.planner.gate import GateSettings
+from edgetrain.planner.learn import (
+    Learned,
+    history_pair,
+    learn,
+    observation_extras,
+    plan_vector,
+    tilt_prior,
+)
+from edgetrain.planner.tilt import TiltPair
 from edgetrain.workloads.progress import Reporter
 
 
@@ -53,22 +63,63 @@ def read_entries(folder: Path) -> dict[str, str]:
     return entries
 
 
+def cache_pairs(own: str) -> list[TiltPair]:
+    """(proxy, target) tilt pairs from the other histories in the cache (each with
+    observations at ≥ 2 batch sizes), for the population tilt prior."""
+    pairs: list[TiltPair] = []
+    root = cache_root() / "history"
+    if not root.is_dir():
+        return pairs
+    for folder in sorted(root.iterdir()):
+        if folder.name == own or not folder.is_dir():
+            continue
+        pool = read_pool(read_entries(folder), folder.name, None, match_weights=False)
+        pair = history_pair(pool, folder.name)
+        if pair is not None:
+            pairs.append(pair)
+    return pairs
+
+
 def plan_input(
     spec: PowerAwareTrainingJobSpec,
     prior: EfficiencyVector,
     weights_sha256: str | None,
     reporter: Reporter | None,
-) -> tuple[EfficiencyVector, HistoryStatus | None]:
-    """The vector to plan from: the posterior's, or the proxy's when the job opts out."""
+) -> Learned | None:
+    """The posterior to plan from (None when the job opts out); `plan_vector` gates it on the
+    profile once there is one."""
     if not spec.strategy.learn_from_history:
-        return prior, None
+        return None
     key = spec_history_key(spec)
     folder = history_dir(key)
     pool: ObservationPool = read_pool(read_entries(folder), key, weights_sha256)
     for name, why in pool.skipped.items():
         if reporter:
             reporter.event("warning", message=f"history {folder / name} skipped: {why}")
-    vector, status = learn(prior, pool, key, config_map=None, seed=len(pool.used))
+    return learn(prior, pool, key, config_map=None, tilt=tilt_prior(cache_pairs(key)))
+
+
+def planning(
+    spec: PowerAwareTrainingJobSpec,
+    prior: EfficiencyVector,
+    learned: Learned | None,
+    lut: Lut | None,
+    reporter: Reporter | None,
+) -> tuple[EfficiencyVector, HistoryStatus | None]:
+    """The vector the plan reads (the proxy's when the job opts out) and the history status."""
+    if learned is None:
+        return prior, None
+    vector, status = plan_vector(
+        learned,
+        lut,
+        spec.power_limit_w,
+        metric=spec.strategy.power_metric,
+        objective=spec.strategy.objective,
+        settings=GateSettings(
+            expected_recurrences=spec.strategy.expected_recurrences,
+            alpha=spec.strategy.exploration_budget,
+        ),
+    )
     if reporter:
         reporter.event("history", **status.model_dump(mode="json"))
     return vector, status
@@ -80,8 +131,10 @@ def observation_of(
     training: TrainResult,
     weights_sha256: str | None,
     job: str,
+    history: HistoryStatus | None = None,
 ) -> EfficiencyObservation:
-    """What one finished training measured (samples: the budget spent when not reached)."""
+    """What one finished training measured (samples: where the curve crossed the target; the
+    budget spent when not reached)."""
     return EfficiencyObservation(
         key=spec_history_key(spec),
         model=spec.model.architecture,
@@ -89,13 +142,16 @@ def observation_of(
         dataset_limit=spec.dataset.limit,
         target_accuracy=spec.target_accuracy,
         batch_size=batch_size,
-        samples_to_accuracy=float(max(training.samples, 1)),
+        samples_to_accuracy=float(max(
+            training.samples_to_target if training.reached_target and training.samples_to_target
+            else training.samples, 1)),
         reached_target=training.reached_target,
         diverged=not math.isfinite(training.accuracy),
         weights=weights_sha256,
         seed=spec.budget.seeds[0],
         job=job,
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **observation_extras(history, training.gradient_noise_scale),
     )
 
 

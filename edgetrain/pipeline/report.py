@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from edgetrain.api.io import write_text_atomic
+from edgetrain.api.job_status import HistoryStatus
 from edgetrain.api.plan import PlanPoint
 from edgetrain.pipeline.run import RunOutcome
 from edgetrain.planner import Lut
@@ -185,6 +186,35 @@ def write_report(outcome: RunOutcome, folder: Path) -> Path:
     return folder
 
 
+def history_summary(h: HistoryStatus) -> list[tuple[str, str]]:
+    """Where the planned r came from and what the gate did, as (label, value) rows."""
+    src = h.sources
+    tilt = (f"{src.tilt_prior_mean:+.3f} ± {src.tilt_prior_sd:.3f} per doubling"
+            f" ({src.tilt_pairs} pairs)" if src.tilt_trusted
+            else f"not used ({src.tilt_pairs} pairs, < 6)")  # fmt: skip
+    if src.noise_shape_used:
+        noise = f"B_noise proxy {src.noise_scale_proxy:.3g}, target {src.noise_scale_target:.3g}"
+    elif src.noise_scale_proxy is not None or src.noise_scale_target is not None:
+        noise = "measured on one set only: not used"
+    else:
+        noise = "not measured"
+    rows = [
+        ("planned r", ", ".join(f"{b}: {r:.3f}" for b, r in zip(h.batch_sizes, h.planned_r,
+                                                                  strict=True))),
+        ("r from", f"proxy ({src.proxy_seeds or 1} seed(s)), {src.observations} observation(s)"),
+        ("tilt prior", tilt),
+        ("noise scale", noise),
+    ]  # fmt: skip
+    gate = h.gate
+    if gate is not None:
+        weighed = ("" if gate.candidate_batch_size is None else
+                   f" b={gate.candidate_batch_size}: value {gate.value:.3f}, cost {gate.cost:.3f},"
+                   f" pessimistic {gate.pessimistic:.3f}, budget left {gate.budget_left:.3f}")
+        rows.append(("exploration gate", f"{'explored' if gate.explored else 'exploited'}"
+                     f" (incumbent b={gate.incumbent_batch_size};{weighed})"))  # fmt: skip
+    return rows
+
+
 def _history(ax: Axes, outcome: RunOutcome) -> None:
     """Prior r, posterior r (± 1 sd of log N) and planned r per batch size, and the observed N."""
     h = outcome.history
@@ -208,6 +238,9 @@ def _history(ax: Axes, outcome: RunOutcome) -> None:
         twin.set_ylabel("observed samples to target")
         twin.legend(fontsize=7, loc="lower right")
     ax.legend(fontsize=7, loc="upper left")
+    gate = h.gate
+    explored = "" if gate is None else ("; gate explored" if gate.explored else "; gate exploited")
     ax.set_title(
         f"learned from {h.observations_total} earlier job(s) on {outcome.spec.dataset.name}"
+        f" (proxy seeds {h.sources.proxy_seeds or 1}{explored})", fontsize=9
     )

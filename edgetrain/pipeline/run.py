@@ -30,7 +30,7 @@ from edgetrain.api.workload_spec import estimate_spec, profile_spec, train_spec
 from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import DeviceTwin, TwinWorkload
 from edgetrain.pipeline.dryrun import efficiency_cache_path, profile_cache_path
-from edgetrain.pipeline.history import observation_of, plan_input, record
+from edgetrain.pipeline.history import observation_of, plan_input, planning, record
 from edgetrain.pipeline.validate import validate_job
 from edgetrain.planner import Lut
 from edgetrain.planner import plan as make_plan
@@ -171,15 +171,18 @@ def run_job(
     if reporter:
         reporter.event("efficiency", cached=eff_phase.cached, **efficiency.model_dump())
     weights_sha = file_sha256(weights) if weights else None
-    planning, history = plan_input(spec, efficiency, weights_sha, reporter)
+    learned = plan_input(spec, efficiency, weights_sha, reporter)
     # The target set, loaded once: profiling and training both run on it.
     task = load_task(spec.dataset.name, spec.dataset.limit)
     with open_device(spec.placement.device, workdir) as session:
         points, meta, prof_phase = _profile_phase(spec, session, task, reporter,
                                                   profile_window_s)
+        lut = Lut.from_points(points)
+        # The posterior mean, gated on this profile (the exploration gate weighs its costs).
+        planned, history = planning(spec, efficiency, learned, lut, reporter)
         result = make_plan(
-            Lut.from_points(points),
-            planning,
+            lut,
+            planned,
             spec.power_limit_w,
             metric=spec.strategy.power_metric,
             objective=spec.strategy.objective,
@@ -213,7 +216,7 @@ def run_job(
             ended = time.monotonic()
     # Every finished training teaches the next job with the same model, target set and target.
     observed = record(
-        observation_of(spec, result.batch_size, training, weights_sha, _run_id())
+        observation_of(spec, result.batch_size, training, weights_sha, _run_id(), history)
     )
     return RunOutcome(
         spec=spec,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -41,8 +42,13 @@ class TargetNotReachedError(BadInputError):
             spec.target_accuracy, spec.dataset, spec.sample_budget, best))
 
 
-# One run's outcome: samples at the first evaluation at the target (None: never), best accuracy.
-RunOutcome = tuple[int | None, float]
+class RunOutcome(NamedTuple):
+    """One (batch size, seed) run of an estimate."""
+
+    samples: float | None  # where the curve crossed the target (interpolated); None: never
+    best_accuracy: float
+    gradient_noise_scale: float | None = None  # B_simple over the run; None: not measured
+    grid_samples: int | None = None  # the first evaluation at the target (the old reading)
 
 
 def _prepare(
@@ -64,8 +70,8 @@ def samples_to_accuracy_once(
     reporter: Reporter | None,
     accel: Accelerator | None = None,
 ) -> RunOutcome:
-    """Train one (batch size, seed); the samples at the first evaluation at the target (None
-    if never), and the best accuracy seen."""
+    """Train one (batch size, seed): where its curve crossed the target (None if never), the
+    best accuracy seen and the gradient noise scale measured along the way."""
     accel = accel or resolve(spec.device, spec.precision)
     model, optimizer = _prepare(spec, task, batch_size, seed, accel)
     state = train_to_target(
@@ -80,6 +86,7 @@ def samples_to_accuracy_once(
         eval_samples=spec.eval_samples,
         accel=accel,
         scaler=accel.grad_scaler(),
+        measure_noise=True,
         on_eval=(
             (
                 lambda s: reporter.advance(
@@ -95,7 +102,12 @@ def samples_to_accuracy_once(
         ),
     )
     best = max((acc for _s, acc in state.curve), default=0.0)
-    return (state.samples if state.reached_target else None), best
+    return RunOutcome(
+        samples=state.samples_to_target(spec.target_accuracy),
+        best_accuracy=best,
+        gradient_noise_scale=state.gradient_noise_scale(),
+        grid_samples=state.samples if state.reached_target else None,
+    )
 
 
 def run_bytes(spec: EstimateSpec, task: Task, accel: Accelerator) -> int:
@@ -158,7 +170,7 @@ def _run_parallel(
             if reporter:
                 reporter.advance(len(out), f"b={b} seed={seed}", batch_size=b, seed=seed)
                 reporter.event("run", batch_size=b, seed=seed,
-                               samples_to_accuracy=out[(b, seed)][0])
+                               samples_to_accuracy=out[(b, seed)].samples)
     return out
 
 
@@ -188,7 +200,7 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
             results[(b, seed)] = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
             if reporter:
                 reporter.event(
-                    "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)][0]
+                    "run", batch_size=b, seed=seed, samples_to_accuracy=results[(b, seed)].samples
                 )
     vector = vector_from_runs(
         model=spec.model,
@@ -196,7 +208,8 @@ def estimate(spec: EstimateSpec, reporter: Reporter | None = None) -> Efficiency
         target_accuracy=spec.target_accuracy,
         batch_sizes=spec.batch_sizes,
         seeds=spec.seeds,
-        results=results,
+        results={run: (got.samples, got.best_accuracy) for run, got in results.items()},
+        noise_scales={run: got.gradient_noise_scale for run, got in results.items()},
     )
     if not isinstance(vector, EfficiencyVector):
         raise TargetNotReachedError(spec, vector)
@@ -221,12 +234,13 @@ def estimate_part(
     if reporter:
         reporter.event("device", device=accel.label, precision=accel.precision.value, parallel=1)
         reporter.start(f"estimate b={b} seed={seed}", spec.sample_budget, batch_size=b, seed=seed)
-    samples, best = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
+    got = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
     if reporter:
-        reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=samples)
+        reporter.event("run", batch_size=b, seed=seed, samples_to_accuracy=got.samples)
     return EfficiencyPart(
         tag=tag, index=index, model=spec.model, dataset=spec.dataset,
         target_accuracy=spec.target_accuracy, batch_size=b, seed=seed,
-        samples_to_accuracy=samples, best_accuracy=best, device=accel.label,
+        samples_to_accuracy=got.samples, best_accuracy=got.best_accuracy,
+        gradient_noise_scale=got.gradient_noise_scale, device=accel.label,
         precision=accel.precision.value,
     )

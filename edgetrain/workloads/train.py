@@ -151,6 +151,7 @@ def train(
                     "accuracy": s.accuracy,
                     "reached_target": s.reached_target,
                     "curve": list(s.curve),
+                    "noise": list(s.noise),
                 },
                 "usage": meter.usage().model_dump(),
             },
@@ -184,6 +185,8 @@ def train(
         on_eval=on_eval,
         accel=accel,
         scaler=scaler,
+        # The observation a recurring job records carries the noise scale on the target data.
+        measure_noise=True,
     )
     return TrainResult(
         samples=state.samples,
@@ -194,4 +197,6 @@ def train(
         curve=state.curve,
         device=accel.label,
         precision=accel.precision.value,
+        samples_to_target=state.samples_to_target(spec.target_accuracy),
+        gradient_noise_scale=state.gradient_noise_scale(),
     )

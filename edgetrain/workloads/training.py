@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import nn
 
-from edgetrain.api.training import OptimizerName, OptimizerSpec
+from edgetrain.api.training import OptimizerName, OptimizerSpec, crossing_samples
+from edgetrain.planner.noise import NoiseSample, noise_scale
 from edgetrain.workloads import datasets
 from edgetrain.workloads.accel import CPU, Accelerator
 from edgetrain.workloads.models import build_model
@@ -225,12 +226,26 @@ def evaluate(
 
 @dataclass
 class TrainState:
-    """Where a run stands: samples seen and the evaluation curve so far."""
+    """Where a run stands: samples seen, the evaluation curve and the noise probes so far."""
 
     samples: int = 0
     accuracy: float = 0.0
     reached_target: bool = False
     curve: list[tuple[int, float]] = field(default_factory=list)
+    # (samples, |G|², tr Σ) of each gradient-noise probe (workloads/noise_scale.py)
+    noise: list[tuple[int, float, float]] = field(default_factory=list)
+
+    def noise_samples(self) -> list[NoiseSample]:
+        """The probes as planner values."""
+        return [NoiseSample(s, g, t) for s, g, t in self.noise]
+
+    def gradient_noise_scale(self) -> float | None:
+        """B_simple over the run so far (None: no probe)."""
+        return noise_scale(self.noise_samples())
+
+    def samples_to_target(self, target_accuracy: float) -> float | None:
+        """Where the curve crossed the target, interpolated (None: not reached)."""
+        return crossing_samples(self.curve, target_accuracy) if self.reached_target else None
 
 
 StepHook = Callable[[TrainState, int], None]
@@ -255,19 +270,34 @@ def train_to_target(
     on_eval: EvalHook | None = None,
     accel: Accelerator = CPU,
     scaler: torch.amp.GradScaler | None = None,
+    measure_noise: bool = False,
 ) -> TrainState:
     """Train until the test accuracy reaches the target or the sample budget is spent.
 
     Evaluates whenever the sample count crosses a multiple of `eval_interval_samples`, so the
     samples-to-accuracy of different batch sizes are measured on the same grid. Callers seed
     torch (or restore its RNG state when resuming) and put the model, optimizer state and
-    (ideally) the task on `accel.device`; the data order depends only on `seed`.
+    (ideally) the task on `accel.device`; the data order depends only on `seed`. With
+    `measure_noise`, the gradient noise scale is probed now and then (`noise_scale.probe`: the
+    trajectory is unchanged).
     """
+    from edgetrain.workloads import noise_scale as ns
+
     state = state or TrainState()
     next_eval = (state.samples // eval_interval_samples + 1) * eval_interval_samples
+    interval = ns.probe_interval_samples(batch_size, eval_interval_samples)
+    # Probes fall at the first step past the middle of each interval: where the last one fell
+    # says where the next falls, so a resumed run probes exactly where an unbroken one would.
+    last = state.noise[-1][0] if state.noise else -interval
+    next_probe = (last // interval + 1) * interval + interval // 2
     model.train()
     while not state.reached_target and state.samples < sample_budget:
         x, y = task.batch(state.samples, batch_size, seed, accel.device)
+        if measure_noise and state.samples >= next_probe:
+            got = ns.probe(model, x, y, state.samples, accel)
+            if got is not None:
+                state.noise.append((got.samples, got.grad_sq, got.trace))
+            next_probe = (state.samples // interval + 1) * interval + interval // 2
         train_step(model, optimizer, x, y, accel, scaler)
         state.samples += batch_size
         if on_step:

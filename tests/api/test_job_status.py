@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from edgetrain.api.job_status import (
     MAX_STRING,
@@ -51,3 +54,26 @@ def test_fit_string_never_exceeds_the_limit(text: str, limit: int) -> None:
     out = fit_string(text, limit)
     assert len(out) <= limit
     assert out == text or (out.startswith(text[:50]) and out.endswith(text[-50:]))
+
+
+def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    """`model` and every model its fields hold (through lists, dicts and unions)."""
+    if model in seen:
+        return seen
+    seen.add(model)
+    todo = [f.annotation for f in model.model_fields.values()]
+    while todo:
+        tp = todo.pop()
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            _models(tp, seen)
+        todo += list(typing.get_args(tp))
+    return seen
+
+
+def test_no_status_field_is_required_and_nullable() -> None:
+    """`wire()` drops nulls, and the CRD requires every field without a default: a nullable field
+    without one is a status the API server refuses (422), and the job stalls."""
+    bad = [f"{m.__name__}.{name}" for m in _models(PowerAwareTrainingJobStatus, set())
+           for name, f in m.model_fields.items()
+           if f.is_required() and type(None) in typing.get_args(f.annotation)]
+    assert not bad, bad

@@ -215,7 +215,7 @@ def test_dry_run_of_a_good_job_trains_nothing(
     assert code == 0, err
     for phase in ("estimate", "profile", "train"):
         assert phase in out
-    assert "miss" in out and "6,144" in out  # 3 batch sizes × 1 seed × 2048 samples
+    assert "miss" in out and "18,432" in out  # 3 batch sizes × 3 seeds (the default) × 2048
     assert files_under(workdir) == {job}
 
 

@@ -101,3 +101,26 @@ def test_env_var_sets_the_root(nano_tree: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("EDGETRAIN_SYSFS_ROOT", str(nano_tree))
     assert GpuDevfreq.discover().path.name == "57000000.gpu"
     assert SysfsPowerSensor.discover().read().total_power_w == pytest.approx(0.933)
+
+
+def test_nano_in_an_unprivileged_container_finds_its_gpu_and_board(
+        nano_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runc masks /sys/firmware (and so /proc/device-tree, a link into it) in every
+    unprivileged container: the GPU is found by the OF_NAME its device's uevent carries, the
+    board is the one the deployment names; where both are readable the devicetree wins."""
+    import shutil
+
+    (nano_tree / "sys/devices/gpu.0/uevent").write_text(
+        "DRIVER=gpu-nvgpu\nOF_NAME=gpu\nOF_FULLNAME=/gpu@57000000\n")
+    monkeypatch.setenv("EDGETRAIN_BOARD", "jetson-orin-nano")  # wrong on purpose: not read
+    assert detect_board(nano_tree).board_id == "jetson-nano"
+    shutil.rmtree(nano_tree / "sys/firmware")
+    (nano_tree / "proc/device-tree").unlink(missing_ok=True)
+    assert GpuDevfreq.discover(nano_tree).path.name == "57000000.gpu"
+    assert detect_board(nano_tree).board_id == "jetson-orin-nano"
+    monkeypatch.setenv("EDGETRAIN_BOARD", "jetson-nano")
+    board = detect_board(nano_tree)
+    assert (board.board_id, board.model, board.l4t) == ("jetson-nano", None, "32.7.1")
+    (nano_tree / "sys/devices/gpu.0/uevent").write_text("DRIVER=gpu-nvgpu\n")
+    with pytest.raises(DevfreqNotFoundError):
+        GpuDevfreq.discover(nano_tree)

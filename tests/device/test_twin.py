@@ -41,6 +41,9 @@ def test_tree_layout_matches_the_board(board: str, tmp_path: Path) -> None:
         assert info.gpu is not None and info.gpu.devfreq_path.endswith(spec.devfreq_name)
         state = read_state(tmp_path)
         assert state is not None and state.simulated and state.board == board
+        # The GPU's devicetree name where a container runtime masks /sys/firmware.
+        uevent = (tmp_path / spec.gpu_device_dir / "uevent").read_text()
+        assert f"OF_NAME={spec.gpu_of_node_name}\n" in uevent
     finally:
         twin.stop()
 

@@ -135,7 +135,7 @@ def test_one_job_in_cluster_with_dashboards(
         kube.create(patj_path(ns), job_manifest(
             "e2e", targetAccuracy=0.8,
             budget={"estimateSamples": 6000, "trainSamples": 12000,
-                    "evalIntervalSamples": 256}))
+                    "evalIntervalSamples": 256, "seeds": [0]}))
         try:
             obj = kube.wait_for(patj_path(ns, "e2e"),
                                 lambda o: o.get("status", {}).get("phase") in

@@ -5,15 +5,15 @@ the budget sees them."""
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any, Self
+from typing import Any
 
 from edgetrain.api.budget import ANNOTATION_POWER_ALLOCATION, BUDGET_PLURAL
 from edgetrain.api.efficiency import parse_efficiency_json
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import LABEL_CACHE, LABEL_CACHE_KEY, LABEL_DEVICE_MODEL, LABEL_L4T
 from edgetrain.api.profile import parse_profile_csv
+from edgetrain.bench.budget_live import InBackground
 from edgetrain.bench.operator_worker import profile_files
 from edgetrain.cluster import KubeApiError, KubeClient, api_path
 from edgetrain.operator import manifests as mf
@@ -85,20 +85,11 @@ def site_options(kube: KubeClient, namespace: str, status: dict[str, Any], name:
                        parse_efficiency_json(eff), limit_w=limit_w)
 
 
-class Sampler:
+class Sampler(InBackground):
     """Calls `sample` every 0.2 s in a thread while the `with` block runs."""
 
     def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        super().__init__("sampler")
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):

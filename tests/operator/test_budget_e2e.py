@@ -285,7 +285,9 @@ def test_staggered_rounds_never_authorise_over_the_cap(
     assert not over and result.max_authorised_w <= CAP_W, (over[:3], operator.log_text()[-4000:])
     assert result.max_authorised_w > sum(idle.values()) + 1.0, result  # the jobs were counted
     assert result.seconds_over_cap_plus_1w == 0.0, (result, power.sums[-20:])
-    assert result.wait_before_profile.max_s is not None, result  # round 1 swept under a grant
+    # Round 1 swept under a grant: the watch saw every pod event, where the job poll (every
+    # 0.5 s) can miss a short profiling share on a loaded machine.
+    assert result.capped_sweeps >= 1, result
     assert hogs == [2]
     print(f"\nstaggered rounds (simulated): {result.model_dump_json()}")
 

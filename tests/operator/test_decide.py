@@ -39,7 +39,7 @@ SETTINGS = OperatorSettings(retry_limit=2, retry_backoff_s=10, no_node_grace_s=3
 SPEC = PowerAwareTrainingJobSpec.model_validate({
     "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
     "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.87, "powerLimitWatts": 5,
-    "batchSizes": [64, 128],
+    "batchSizes": [64, 128], "budget": {"seeds": [0]},
     "placement": {"nodeSelector": {"edgetrain.io/device-model": "jetson-nano"}}})
 JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "0123456789abcdef", "generation": 1,
                     "annotations": {}}}
@@ -287,14 +287,24 @@ PARTS_ROWS += [
         Phase.failed, ["event BadInput"], "BadInput",
         lambda d: "best accuracy b=64: 0.610, b=128: 0.550" in d.status.message
         and "within 20000 samples" in d.status.message),
-    Row("estimating: two seeds, four parts: the median per batch size",
+    Row("estimating: two seeds, four parts: merged per batch size (a miss: the median)",
         status(Phase.estimating, efficiency=EFF),
         world(jobs={"j-estimate-0": est_job("succeeded", 4)}, configmaps={PARTS_CM: dict([
             part(0, 64, 40000, tag=TAG2), part(1, 64, None, seed=1, tag=TAG2),
             part(2, 128, 10000, tag=TAG2), part(3, 128, 30000, seed=1, tag=TAG2)])}),
         Phase.profiling, [f"create configmaps {EFF2_CM}", "event EfficiencyReady"], None,
-        lambda d: merged(d).samples_to_accuracy == [None, 20000.0], spec=TWO_SEEDS),
+        lambda d: merged(d).samples_to_accuracy == [None, pytest.approx((10000 * 30000) ** 0.5)]
+        and merged(d).seeds == 2, spec=TWO_SEEDS),
 ]
+
+
+def _unobserved_planned_r() -> list[float]:
+    """The r planned with no observation (the proxy's, tilted by the population prior): one
+    size's observations must leave it as it is."""
+    d = dc.decide(SPEC, status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+                  world(nodes=(node("n1"),), configmaps=CACHE), SETTINGS)
+    assert d.status.efficiency is not None and d.status.efficiency.history is not None
+    return d.status.efficiency.history.planned_r
 
 ROWS = [
     Row("pending starts: nothing but the phase, no RBAC of its own",
@@ -450,13 +460,24 @@ ROWS = [
     Row("selecting: earlier jobs' observations correct r; a corrupt one is skipped and named",
         status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
         world(nodes=(node("n1"),), configmaps={**CACHE, HIST_CM: {
-            "a.json": observation(128, 30_000.0), "b.json": "{broken"}}),
+            "a.json": observation(128, 30_000.0), "c.json": observation(64, 90_000.0),
+            "b.json": "{broken"}}),
         Phase.training, ["event ObservationSkipped", "event Planned"], "Planned",
         lambda d: d.status.efficiency is not None and d.status.efficiency.history is not None
-        and d.status.efficiency.history.observations_total == 1
-        and d.status.efficiency.history.observations[0].batch_size == 128
+        and d.status.efficiency.history.observations_total == 2
         and d.status.efficiency.history.posterior_r != d.status.efficiency.history.prior_r
+        and d.status.efficiency.history.sources.observations == 2
+        and d.status.efficiency.history.gate is not None
+        and not d.status.efficiency.history.gate.explored
         and d.status.efficiency.history.skipped[0].startswith("b.json")),
+    Row("selecting: one size's observations say how hard the target is, not which size",
+        status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
+        world(nodes=(node("n1"),), configmaps={**CACHE, HIST_CM: {
+            "a.json": observation(128, 30_000.0)}}),
+        Phase.training, ["event Planned"], "Planned",
+        lambda d: d.status.efficiency is not None and d.status.efficiency.history is not None
+        and d.status.efficiency.history.planned_r == pytest.approx(_unobserved_planned_r())
+        and d.status.selection is not None and d.status.selection.batch_size == 64),
     Row("selecting: opted out of learning: the proxy's r, no history in status",
         status(Phase.selecting, efficiency=EFF, profiles=[PROF]),
         world(nodes=(node("n1"),), configmaps={**CACHE, HIST_CM: {"b.json": "{broken"}}),
@@ -513,6 +534,16 @@ ROWS = [
                           "event TargetReached"], "TargetReached",
         lambda d: "simulated" in d.status.message and d.status.finished_at is not None
         and recorded(d) == (64, 4096.0, True)),
+    Row("training: the result's interpolated crossing and noise scale are what is recorded",
+        status(Phase.training, training=RUNNING, **TRAINING),
+        world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")},
+              configmaps={PROGRESS_CM: {RESULT_KEY: json.dumps({
+                  "event": "result", "samples": 4096, "accuracy": 0.9, "reached_target": True,
+                  "samples_to_target": 3900.5, "gradient_noise_scale": 87.0})}}),
+        Phase.succeeded, [f"create configmaps {HIST_CM}", f"patch configmaps {HIST_CM}",
+                          "event TargetReached"], "TargetReached",
+        lambda d: recorded(d) == (64, 3900.5, True) and d.status.training is not None
+        and d.status.training.gradient_noise_scale == 87.0),
     Row("training: opted out of learning, the Job succeeded: nothing recorded",
         status(Phase.training, training=RUNNING, **TRAINING),
         world(nodes=(node("n1"),), jobs={"j-train-1": job("succeeded")},

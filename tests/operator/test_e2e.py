@@ -9,6 +9,7 @@ frequencies) so the whole module stays within a few minutes.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -219,28 +220,48 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert status["efficiency"]["cached"] is True
     assert [p["cached"] for p in status["profiles"]] == [True]
     assert _jobs(kube, namespace, "estimate", second) == []
-    # Recurring jobs (issue 30): the first job's finished training is an observation in the
-    # history ConfigMap, and the second plan learned from it.
+    # Recurring jobs (issues 30, 41): the first job's finished training is an observation in
+    # the history ConfigMap (N where its curve crossed the target), and the second plan learned
+    # from it: how hard the target is, never which size is best from one size alone.
+    # Status says where r came from and what the gate did: the first plan is the proxy's r
+    # (one seed here), tilted per doubling by the population prior, and the gate exploited.
     first_history = first_status["efficiency"]["history"]
     assert first_history["observationsTotal"] == 0
-    assert first_history["plannedR"] == pytest.approx(first_history["priorR"])
+    src = first_history["sources"]
+    assert src["proxySeeds"] == 1 and src["observations"] == 0
+    assert src["tiltTrusted"] is True and src["tiltPairs"] >= 6
+    planned = [r / first_history["plannedR"][0] for r in first_history["plannedR"]]
+    assert planned == pytest.approx(_tilted(first_history), rel=1e-6)
+    assert first_history["gate"]["explored"] is False and first_history["gate"]["reason"]
     history = status["efficiency"]["history"]
-    assert history["observationsTotal"] == 1
+    assert history["observationsTotal"] == 1 and history["sources"]["observations"] == 1
     (seen,) = history["observations"]
     assert seen["job"].startswith(f"{namespace}.{first}.")
-    assert (seen["batchSize"], seen["samples"]) == (sel["batchSize"], training["samples"])
-    # The observation narrowed the doubt where it was made, and the plan's r is no longer the
-    # prior's: the size not yet tried gets the bound's optimism (here proxy and target are the
-    # same set, so the posterior mean may well equal the prior: the observation agreed with it).
+    assert seen["batchSize"] == sel["batchSize"]
+    assert seen["samples"] == pytest.approx(training["samplesToTarget"])
+    assert 0 < training["samplesToTarget"] <= training["samples"]
+    # One size's observation says how hard the target is, not which size is best: only the
+    # noise scales' shape (both measured) may reshape r; the plan is the posterior mean's.
+    assert history["plannedR"] == pytest.approx(history["posteriorR"])
+    if not history["sources"]["noiseShapeUsed"]:
+        assert history["plannedR"] == pytest.approx(first_history["plannedR"], rel=1e-6)
+    assert history["gate"]["explored"] is False  # α = 1 %: nothing to spend on a second job
     i = history["batchSizes"].index(seen["batchSize"])
-    assert history["posteriorLogSd"][i] < first_history["posteriorLogSd"][i]
-    assert history["plannedR"] != pytest.approx(history["priorR"])
+    assert history["posteriorLogSd"][i] == pytest.approx(0.0, abs=1e-6)
     # The second job's observation joins the first's (a merge patch of its own key).
     kube.wait_for(api_path("v1", "configmaps", namespace, history["configMap"]),
                   lambda o: len(o.get("data") or {}) >= 2, timeout_s=60, interval_s=0.5,
                   what="both observations in the history ConfigMap")
     print(f"\nfirst job {first_s:.1f} s, cached second job {second_s:.1f} s,"
           f" operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
+
+
+def _tilted(history: dict[str, Any]) -> list[float]:
+    """The proxy's r tilted per doubling of b by the population prior's mean, as r (b_0: 1)."""
+    sizes, prior = history["batchSizes"], history["priorR"]
+    tilt = history["sources"]["tiltPriorMean"]
+    return [p / prior[0] * math.exp(tilt * math.log2(b / sizes[0]))
+            for b, p in zip(sizes, prior, strict=True)]
 
 
 def _assert_fanned_out(kube: KubeClient, ns: str, name: str, efficiency: dict[str, Any]) -> None:

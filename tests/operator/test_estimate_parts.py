@@ -70,10 +70,11 @@ ROWS = [
         lambda v: v.vector is not None and v.vector.device == "cpu, cuda:0"),
     Row("all in while the Job still runs: merge", ALL, "running", "merge", 6),
     Row("all in though the Job failed after: merge", ALL, "failed", "merge", 6),
-    Row("the median over seeds, a miss counting as never",
+    Row("the geometric mean over seeds; with a miss the median, a miss counting as never",
         ALL, "succeeded", "merge", 6, lambda v: v.vector is not None
-        and v.vector.samples_to_accuracy == [1200.0, None, 2800.0]
-        and v.vector.r == [1200 / 2800, None, 1.0]),
+        and v.vector.samples_to_accuracy == pytest.approx([(1000 * 1400) ** 0.5, None,
+                                                           (3000 * 2600) ** 0.5])
+        and v.vector.seeds == 2),
     Row("no run reached the target: merge with the message, no vector",
         {k: part(int(k[5]), None) for k in ALL}, "succeeded", "merge", 6,
         lambda v: v.vector is None and "no batch size reached target accuracy 0.8" in v.message

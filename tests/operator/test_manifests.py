@@ -97,7 +97,7 @@ def test_estimate_job_runs_on_the_server_and_publishes() -> None:
     assert "--inject-failure" not in args
     # No more pods than runs, and never none.
     assert em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0, parallelism=9)["spec"][
-        "parallelism"] == 2
+        "parallelism"] == 2 * 3  # 2 batch sizes × the 3 default seeds
     assert em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0, parallelism=0)["spec"][
         "parallelism"] == 1
 

@@ -66,7 +66,7 @@ def test_twenty_jobs_at_once(kube: KubeClient, namespace: str, operator: Operato
                 batchSizes=[16, 64],
                 placement={"nodeSelector": {"edgetrain.io/pool": pool}},
                 budget={"estimateSamples": 1024, "trainSamples": 2048,
-                        "evalIntervalSamples": 256, "profileMinibatches": 2})
+                        "evalIntervalSamples": 256, "profileMinibatches": 2, "seeds": [0]})
             kube.create(patj_path(namespace), manifest)
             names.append(manifest["metadata"]["name"])
         deadline = time.monotonic() + 1800

@@ -12,7 +12,13 @@ import pytest
 from edgetrain.api import EfficiencyVector
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.training import DeviceUsage, TrainResult
-from edgetrain.pipeline.history import history_dir, observation_of, plan_input, record
+from edgetrain.pipeline.history import (
+    history_dir,
+    observation_of,
+    plan_input,
+    planning,
+    record,
+)
 from edgetrain.workloads.progress import Reporter
 
 SPEC = PowerAwareTrainingJobSpec.model_validate({
@@ -42,7 +48,8 @@ def test_observations_are_recorded_read_back_and_a_corrupt_one_is_skipped(
     (first.parent / "garbage.json").write_text("{not json")
     out = io.StringIO()
     with Reporter(json_lines=True, stream=out) as reporter:
-        vector, status = plan_input(SPEC, PRIOR, None, reporter)
+        vector, status = planning(SPEC, PRIOR, plan_input(SPEC, PRIOR, None, reporter), None,
+                                  reporter)
     assert status is not None and status.observations_total == 2
     assert sorted((o.batch_size, o.samples) for o in status.observations) == [
         (16, 5120.0), (64, 2048.0)]  # fmt: skip
@@ -62,5 +69,7 @@ def test_opting_out_reads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     opted = SPEC.model_copy(
         update={"strategy": SPEC.strategy.model_copy(update={"learn_from_history": False})}
     )
-    vector, status = plan_input(opted, PRIOR, None, None)
+    learned = plan_input(opted, PRIOR, None, None)
+    assert learned is None
+    vector, status = planning(opted, PRIOR, learned, None, None)
     assert vector == PRIOR and status is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from edgetrain.api.errors import InputError
 from edgetrain.api.job import load_job
+from edgetrain.pipeline.report import history_summary
 from edgetrain.pipeline.run import RunOutcome
 from tests.helpers import run_edgetrain
 
@@ -29,7 +31,7 @@ spec:
   optimizer: {learningRate: 4.0e-3, referenceBatchSize: 64}
   placement: {device: "sim:jetson-nano"}
   budget: {estimateSamples: 4000, trainSamples: 4000, evalIntervalSamples: 256,
-           evalSamples: 300, profileMinibatches: 2}
+           evalSamples: 300, profileMinibatches: 2, seeds: [0]}
 """
 
 
@@ -83,9 +85,17 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     assert trace_t[-1] == pytest.approx(outcome.training.usage.device_time_s, rel=1e-6)
     assert all(p > 0 for _, p in outcome.power_trace)
 
-    # The first run had nothing to learn from: it planned from the proxy's r.
-    assert outcome.history is not None and outcome.history.observations_total == 0
-    assert outcome.history.planned_r == pytest.approx(outcome.history.prior_r)
+    # The first run had nothing to learn from: it planned from the proxy's r, tilted per
+    # doubling of b by the population prior (the committed benches' (proxy, target) pairs).
+    first_history = outcome.history
+    assert first_history is not None and first_history.observations_total == 0
+    assert first_history.sources.tilt_trusted and first_history.gate is not None
+    tilt = first_history.sources.tilt_prior_mean
+    sizes, prior_r = first_history.batch_sizes, first_history.prior_r
+    tilted = [math.log(p / prior_r[0]) + tilt * math.log2(b / sizes[0])
+              for b, p in zip(sizes, prior_r, strict=True)]
+    planned = [math.log(p / first_history.planned_r[0]) for p in first_history.planned_r]
+    assert planned == pytest.approx(tilted, abs=1e-6)
     assert outcome.observation and Path(outcome.observation).is_file()
 
     second = _run(job, tmp_path, tmp_path / "r2", cache=shared_cache)
@@ -96,11 +106,30 @@ def test_run_writes_a_report_and_reuses_the_cache(tmp_path: Path, shared_cache: 
     history = again.history
     assert history is not None and history.observations_total == 1
     seen = history.observations[0]
-    assert (seen.batch_size, seen.samples) == (outcome.plan.batch_size, outcome.training.samples)
-    assert history.posterior_r != pytest.approx(history.prior_r)
+    # N where the curve crossed the target, between the evaluation before it and its own.
+    assert seen.batch_size == outcome.plan.batch_size
+    assert seen.samples == outcome.training.samples_to_target
+    assert seen.samples <= outcome.training.samples
+    # One size's observation teaches how hard the target is, not which size is best: only the
+    # gradient noise scales, measured on the proxy by the estimate and on the target by the
+    # training, may reshape r; the plan is the posterior mean's and the gate (α = 1 %) exploited.
+    src = history.sources
+    assert src.noise_scale_proxy is not None and src.noise_scale_target is not None
+    assert src.noise_shape_used
+    assert history.planned_r == pytest.approx(history.posterior_r)
+    assert history.gate is not None and not history.gate.explored
+    assert history.sources.observations == 1 and history.sources.proxy_seeds == 1
     i = history.batch_sizes.index(again.plan.batch_size)
     assert again.plan.r == pytest.approx(history.planned_r[i])
     assert (tmp_path / "r2" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The summary `edgetrain run` prints: the chosen r, where it came from, what the gate did.
+    rows = dict(history_summary(history))
+    assert rows["planned r"].startswith(f"{history.batch_sizes[0]}: ")
+    assert rows["r from"] == "proxy (1 seed(s)), 1 observation(s)"
+    assert rows["tilt prior"].endswith(f"({src.tilt_pairs} pairs)")
+    assert rows["noise scale"].startswith("B_noise proxy ")
+    assert rows["exploration gate"].startswith(
+        f"exploited (incumbent b={history.gate.incumbent_batch_size};")
 
     # Opted out, a job plans from the proxy's r as before: the first run's plan, from the cache.
     job.write_text(JOB + "  strategy: {learnFromHistory: false}\n")

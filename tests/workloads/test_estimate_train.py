@@ -104,10 +104,15 @@ def test_estimate_writes_a_non_flat_efficiency_vector(tmp_path: Path) -> None:
     assert part.samples_to_accuracy == vector.samples_to_accuracy[1]  # each run seeds itself
     b8 = vector.samples_to_accuracy[0]
     assert b8 is not None
-    first = part.model_copy(update={"index": 0, "batch_size": 8, "samples_to_accuracy": int(b8)})
+    assert vector.seeds == 1 and vector.gradient_noise_scale is not None
+    assert part.gradient_noise_scale == vector.gradient_noise_scale[1]  # measured in the run
+    first = part.model_copy(update={
+        "index": 0, "batch_size": 8, "samples_to_accuracy": b8,
+        "gradient_noise_scale": vector.gradient_noise_scale[0]})
     spec = PowerAwareTrainingJobSpec.model_validate({
         "model": {"architecture": "resnet8-w025"}, "dataset": {"name": "digits"},
-        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64]})
+        "proxyDataset": {"name": "digits"}, "targetAccuracy": 0.6, "batchSizes": [8, 64],
+        "budget": {"seeds": [0]}})  # the estimate above trained seed 0 only
     verdict = parts_verdict({"part-0.json": first.model_dump_json(),
                              "part-1.json": part_file.read_text()},
                             tag="key/uid", spec=spec, job_state="succeeded")
@@ -169,6 +174,10 @@ def test_train_resumes_after_a_kill(tmp_path: Path) -> None:
     assert result["resumed_from_samples"] >= 512
     assert result["samples"] == expected["samples"]
     assert math.isclose(result["accuracy"], expected["accuracy"], abs_tol=1e-9)
+    # Where the curve crossed, and the noise probes, are an unbroken run's too.
+    assert result["samples_to_target"] == expected["samples_to_target"]
+    assert result["gradient_noise_scale"] == pytest.approx(expected["gradient_noise_scale"])
+    assert expected["samples_to_target"] <= expected["samples"]
     first_progress = next(
         json.loads(line) for line in resumed.stdout.splitlines() if '"progress"' in line
     )

@@ -18,9 +18,11 @@ from edgetrain.bench.paper.config import BenchConfig, Scale, config_for
 from edgetrain.bench.paper.estimates import estimate_all, estimate_key
 from edgetrain.bench.paper.evaluate import evaluate_all, summaries_and_sensitivity
 from edgetrain.bench.paper.headline import headline
-from edgetrain.bench.paper.recurring import recurring_all
+from edgetrain.bench.paper.proxies import estimate_cost, noise_fits
+from edgetrain.bench.paper.recurring import policy_stats, recurring_all
 from edgetrain.bench.paper.render import render_markdown
 from edgetrain.bench.paper.results import EstimateRecord, PaperBenchResult, PaperBenchSummary
+from edgetrain.bench.paper.synthetic import synthetic
 from edgetrain.workloads.progress import Reporter
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "Scale",
     "compare",
     "config_for",
+    "read_recorded",
     "reevaluate",
     "render_markdown",
     "run_bench",
@@ -43,11 +46,12 @@ def run_bench(
     command: str = "",
     threads: int = 1,
     jobs: int = 1,
+    synthetic_seeds: int | None = None,
 ) -> PaperBenchResult:
     """Estimate (cached real training), then profile, plan and compare on the twin."""
     started = time.monotonic()
     estimates, ran, training_s = estimate_all(config, reporter, threads=threads, jobs=jobs)
-    return compare(config, estimates, jobs=jobs).model_copy(
+    return compare(config, estimates, jobs=jobs, synthetic_seeds=synthetic_seeds).model_copy(
         update={
             "command": command,
             "wall_s": time.monotonic() - started,
@@ -58,13 +62,34 @@ def run_bench(
     )
 
 
+#: The comparison policies the synthetic harness runs beside the default (each costs seconds).
+SYNTHETIC_ROWS = (
+    "issue 30: lcb κ = 0.5, proper scale prior",
+    "no learning (the proxy's plan)",
+    "posterior mean, flat scale, no gate",
+    "default with a looser gate (α = 10 %, 20 recurrences)",
+)
+
+
 def compare(
-    config: BenchConfig, estimates: dict[str, EstimateRecord], *, jobs: int = 1
+    config: BenchConfig,
+    estimates: dict[str, EstimateRecord],
+    *,
+    jobs: int = 1,
+    synthetic_seeds: int | None = None,
 ) -> PaperBenchResult:
-    """Profile, plan and compare on the twin from estimates already made (counted as cached)."""
+    """Profile, plan and compare on the twin from estimates already made (counted as cached);
+    `synthetic_seeds`: the harness's size (None: the configured; 0: skip it)."""
     cases, fits = evaluate_all(config, estimates, jobs=jobs)
     summaries, sensitivity = summaries_and_sensitivity(config, cases)
     recurring = recurring_all(config, estimates)
+    policies = policy_stats(config, estimates)
+    synth = None
+    if synthetic_seeds is None or synthetic_seeds > 0:
+        default = config.recurring.policy
+        compared = [default, *(p for p in config.recurring.policies if p.name in SYNTHETIC_ROWS)]
+        synth = synthetic(config, estimates, compared, seeds=synthetic_seeds)
+    cost = estimate_cost(config, estimates, config.recurring.policy.proxy_seeds)
     return PaperBenchResult(
         config=config,
         command="",
@@ -78,14 +103,32 @@ def compare(
         summaries=summaries,
         sensitivity=sensitivity,
         predictions=fits,
-        headline=headline(config, cases, fits, recurring),
+        headline=headline(config, cases, fits, recurring, policies=policies, synth=synth,
+                          estimate=cost).model_copy(
+            update={"noise_fits": noise_fits(config, estimates)}),
         recurring=recurring,
         seeds=list(config.seeds),
     )
 
 
+def read_recorded(text: str) -> PaperBenchSummary:
+    """A recorded results JSON for `reevaluate`: what it computed from its estimates (headline,
+    recurring jobs) is dropped, since the re-evaluation recomputes it and its shape may be an
+    older one."""
+    import json
+
+    data = json.loads(text)
+    for derived in ("headline", "recurring"):
+        data.pop(derived, None)
+    return PaperBenchSummary.model_validate(data)
+
+
 def reevaluate(
-    recorded: PaperBenchSummary, *, command: str = "", jobs: int = 1
+    recorded: PaperBenchSummary,
+    *,
+    command: str = "",
+    jobs: int = 1,
+    synthetic_seeds: int | None = None,
 ) -> PaperBenchResult:
     """The comparison recomputed from a recorded run's estimates (no training), e.g. after a new
     column was added; the run's own fields (command, date, wall and training time, estimates
@@ -103,7 +146,7 @@ def reevaluate(
                         f" {seed}: it is not a run of this configuration; run the bench instead"
                     )
                 estimates[estimate_key(w, ref, seed)] = record
-    fresh = compare(config, estimates, jobs=jobs)
+    fresh = compare(config, estimates, jobs=jobs, synthetic_seeds=synthetic_seeds)
     return fresh.model_copy(
         update={
             "command": recorded.command,

@@ -68,6 +68,8 @@ def run_estimate(
     accel = resolve(device)
     task = load_task(dataset.name, dataset.limit).to(accel.device)
     samples: list[float | None] = []
+    crossing: list[float | None] = []
+    noise: list[float | None] = []
     for b in workload.batch_sizes:
         if reporter:
             reporter.start(
@@ -78,8 +80,10 @@ def run_estimate(
                 batch_size=b,
                 seed=seed,
             )
-        reached, _best = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
-        samples.append(None if reached is None else float(reached))
+        got = samples_to_accuracy_once(spec, task, b, seed, reporter, accel)
+        samples.append(None if got.grid_samples is None else float(got.grid_samples))
+        crossing.append(got.samples)
+        noise.append(got.gradient_noise_scale)
     return EstimateRecord(
         model=workload.model,
         dataset=dataset.name,
@@ -92,6 +96,8 @@ def run_estimate(
         eval_samples=workload.eval_samples,
         seed=seed,
         samples_to_accuracy=samples,
+        crossing_samples=crossing,
+        gradient_noise_scale=noise,
         wall_s=time.monotonic() - started,
     )
 

@@ -10,6 +10,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
+from edgetrain.api.efficiency import EfficiencyVector
 from edgetrain.api.plan import PowerMetric
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.bench.paper.arithmetic import (
@@ -37,6 +38,7 @@ from edgetrain.bench.paper.profiles import (
     full_profile,
     predicted_profile,
 )
+from edgetrain.bench.paper.proxies import first_plan_inputs, population_for, run_pairs
 from edgetrain.bench.paper.results import (
     CaseOutcome,
     CaseSummary,
@@ -51,6 +53,7 @@ from edgetrain.planner import (
     frontier_order,
     plan,
 )
+from edgetrain.planner.tilt import TiltPrior
 from edgetrain.workloads import workload_cost
 
 
@@ -174,21 +177,21 @@ def frontier_profile(
     )
 
 
-def target_samples_of(target: EstimateRecord) -> dict[int, float]:
+def target_samples_of(target: EstimateRecord, interpolated: bool = False) -> dict[int, float]:
     """N_target(b) for the batch sizes that reached the target."""
-    return {b: s for b, s in zip(target.batch_sizes, target.samples_to_accuracy, strict=True) if s}
+    samples = target.samples(interpolated)
+    return {b: s for b, s in zip(target.batch_sizes, samples, strict=True) if s}
 
 
 def planned(
     truth: Lut,
     points: Sequence[ProfilePoint],
-    proxy: EstimateRecord,
+    efficiency: EfficiencyVector | None,
     target_samples: dict[int, float],
     limit_w: float,
     metric: PowerMetric,
 ) -> ChoiceOutcome | None:
-    """`edgetrain plan` on these profile points with the proxy's r, judged on the truth."""
-    efficiency = proxy.efficiency()
+    """`edgetrain plan` on these profile points with the first plan's r, judged on the truth."""
     if efficiency is None or not points:
         return None
     try:
@@ -205,18 +208,22 @@ def evaluate_case(
     target: EstimateRecord,
     power_limit_w: float | None,
     metric: PowerMetric,
+    vector: EfficiencyVector | None = None,
+    interpolated: bool = False,
 ) -> dict[str, ChoiceOutcome | None]:
-    """B1, B2, edgetrain and the oracle for one proxy/target pair on one profile."""
+    """B1, B2, edgetrain and the oracle for one proxy/target pair on one profile (`vector`: the
+    first plan's r; default: the proxy's own)."""
+    vector = vector or proxy.efficiency(interpolated)
     limit = math.inf if power_limit_w is None else power_limit_w
-    target_samples = target_samples_of(target)
+    target_samples = target_samples_of(target, interpolated)
     out: dict[str, ChoiceOutcome | None] = {"b1": None, "b2": None, "edgetrain": None}
-    b1, b2 = baseline_batches(proxy.batch_sizes, proxy.samples_to_accuracy)
+    b1, b2 = baseline_batches(proxy.batch_sizes, proxy.samples(interpolated))
     if profile.baseline_freq_hz is not None:
         f = profile.baseline_freq_hz
         out["b1"] = outcome(truth, b1, f, target_samples, limit, metric)
         if b2 is not None:
             out["b2"] = outcome(truth, b2, f, target_samples, limit, metric)
-    out["edgetrain"] = planned(truth, profile.points, proxy, target_samples, limit, metric)
+    out["edgetrain"] = planned(truth, profile.points, vector, target_samples, limit, metric)
     out["oracle"] = oracle_outcome(truth, target_samples, limit, metric)
     return out
 
@@ -342,6 +349,9 @@ def evaluate_all(
         for seed in config.seeds
     ]
     predicted = _predicted_all(config, keys, jobs)
+    own = run_pairs(config, estimates)
+    policy = config.recurring.policy
+    tilts = {w.label: population_for(config, w, own, policy) for w in config.workloads}
     cases: list[CaseOutcome] = []
     for w in config.workloads:
         model, shape, classes = twin_shape(w)
@@ -358,7 +368,8 @@ def evaluate_all(
                 profile, _fit = predicted[(w.label, board.board, seed)]
                 for limit in board.power_limits_w:
                     cases += _cases_at(
-                        config, w, board.board, truth, limit, seed, full, profile, estimates
+                        config, w, board.board, truth, limit, seed, full, profile, estimates,
+                        tilts[w.label],
                     )
     return cases, [fit for _profile, fit in predicted.values()]
 
@@ -373,21 +384,26 @@ def _cases_at(
     full: SimulatedProfile,
     predicted: SimulatedProfile,
     estimates: dict[str, EstimateRecord],
+    tilt: TiltPrior | None = None,
 ) -> list[CaseOutcome]:
-    """Every proxy × target pair of one workload on one board, limit and seed."""
+    """Every proxy × target pair of one workload on one board, limit and seed; edgetrain plans
+    with the default estimate (`recurring.policy.proxy_seeds` seeds) and the tilt prior."""
     rng = np.random.default_rng(case_seed(w.label, board, limit, seed))
     metric = config.power_metric
     profile = frontier_profile(truth, board, limit, rng, config.profiling, metric)
     limit_w = math.inf if limit is None else limit
     cases: list[CaseOutcome] = []
+    interpolated = config.interpolated
     for proxy_ref in w.datasets:
-        proxy = estimates[estimate_key(w, proxy_ref, seed)]
+        proxy, vector = first_plan_inputs(
+            config, w, proxy_ref.name, seed, estimates, config.recurring.policy, tilt
+        )
         for target_ref in w.datasets:
             target = estimates[estimate_key(w, target_ref, seed)]
-            got = evaluate_case(truth, profile, proxy, target, limit, metric)
-            samples = target_samples_of(target)
-            full_choice = planned(truth, full.points, proxy, samples, limit_w, metric)
-            predicted_choice = planned(truth, predicted.points, proxy, samples, limit_w, metric)
+            got = evaluate_case(truth, profile, proxy, target, limit, metric, vector, interpolated)
+            samples = target_samples_of(target, interpolated)
+            full_choice = planned(truth, full.points, vector, samples, limit_w, metric)
+            predicted_choice = planned(truth, predicted.points, vector, samples, limit_w, metric)
             cases.append(
                 CaseOutcome(
                     workload=w.label,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edgetrain.bench.paper.render_recurring import recurring_lines
 from edgetrain.bench.paper.render_tables import (
     fmt_ci,
     fmt_limit,
@@ -9,7 +10,6 @@ from edgetrain.bench.paper.render_tables import (
     headline_lines,
     main_table_lines,
     prediction_lines,
-    recurring_lines,
 )
 from edgetrain.bench.paper.results import PaperBenchSummary
 

@@ -128,21 +128,38 @@ class EstimateRecord(BaseModel):
     eval_interval_samples: int
     eval_samples: int | None
     seed: int
-    samples_to_accuracy: list[float | None]
+    samples_to_accuracy: list[float | None] = Field(
+        description="at the first evaluation at the target (the evaluation grid)"
+    )
+    crossing_samples: list[float | None] | None = Field(
+        default=None,
+        description="where the accuracy curve crossed the target, interpolated between"
+        " evaluations (None: recorded before it was measured)",
+    )
+    gradient_noise_scale: list[float | None] | None = Field(
+        default=None, description="B_simple measured in each run (None: not measured)"
+    )
     wall_s: float
     cache_version: int = CACHE_VERSION
 
-    def efficiency(self) -> EfficiencyVector | None:
+    def samples(self, interpolated: bool = False) -> list[float | None]:
+        """N per batch size: at the crossing when asked and recorded, else at the grid."""
+        if interpolated and self.crossing_samples is not None:
+            return self.crossing_samples
+        return self.samples_to_accuracy
+
+    def efficiency(self, interpolated: bool = False) -> EfficiencyVector | None:
         """The contract's efficiency vector (None when no batch size reached the target)."""
-        if all(s is None for s in self.samples_to_accuracy):
+        samples = self.samples(interpolated)
+        if all(s is None for s in samples):
             return None
         return EfficiencyVector.from_samples(
             model=self.model,
             dataset=self.dataset,
             target_accuracy=self.target_accuracy,
             batch_sizes=self.batch_sizes,
-            samples_to_accuracy=self.samples_to_accuracy,
-        )
+            samples_to_accuracy=samples,
+        ).model_copy(update={"seeds": 1, "gradient_noise_scale": self.gradient_noise_scale})
 
 
 class RecurringJob(BaseModel):
@@ -163,6 +180,10 @@ class RecurringJob(BaseModel):
     informed_over_oracle: float | None = Field(
         description="planned with every other seed's whole N_target(b) (leave-one-out mean)"
     )
+    single_seed_over_oracle: float | None = Field(
+        default=None, description="the single-seed proxy's plan (issue 30's job 1) on this seed"
+    )
+    explored: bool = Field(default=False, description="the gate sent it off the incumbent")
     simulated: bool = True
 
 
@@ -182,6 +203,115 @@ class RecurringStat(BaseModel):
     cumulative_regret: float | None = Field(
         default=None, description="Σ over jobs 1 … k of (TTA / oracle TTA − 1), mean over cells"
     )
+
+
+class KStat(BaseModel):
+    """A figure at job k of a sequence."""
+
+    k: int
+    mean: float | None
+    ci95: tuple[float, float] | None
+    n: int = 0
+
+
+class PolicyStat(BaseModel):
+    """One recurring policy replayed on the recorded N(b) (the same profiles and judging)."""
+
+    name: str
+    proxy_seeds: int
+    first: Stat = Field(description="edgetrain/oracle at job 1")
+    later: Stat = Field(description="edgetrain/oracle over jobs 2–5, pooled")
+    gain: Stat = Field(description="job 1's plan − this, over jobs 2–5 (> 0: learning helped)")
+    explored: int = Field(description="jobs the gate sent off the incumbent")
+    moved: int = Field(description="jobs 2–5 whose outcome differs from job 1's plan's")
+    jobs: int
+
+
+class EstimateCost(BaseModel):
+    """What the default estimate costs the server (real training on this CPU, one thread)."""
+
+    proxy_seeds: int
+    server_s: dict[str, float] = Field(description="per workload: seeds × one seed's runs")
+    total_s: float
+    how: str
+
+
+class SyntheticPolicy(BaseModel):
+    """One policy over the synthetic seeds: per job k and over the long horizon."""
+
+    name: str
+    per_k: list[KStat] = Field(description="edgetrain/oracle per job k")
+    gain_per_k: list[KStat] = Field(description="job 1's plan − this, per job k")
+    gain_2_5: Stat = Field(description="gain over jobs 2–5 pooled, per synthetic seed")
+    later: Stat = Field(description="edgetrain/oracle over jobs 2 … horizon pooled")
+    regret: float = Field(description="Σ over the horizon of (TTA/oracle − 1), mean sequence")
+    static_regret: float = Field(description="the same for job 1's plan repeated")
+    explored: int
+
+
+class SyntheticSummary(BaseModel):
+    """The synthetic-seed harness (issue 41): policies judged on seeds drawn from a fit."""
+
+    seeds: int
+    horizon: int
+    sequences: int
+    wall_s: float
+    quantisation_cost: Stat | None = Field(
+        default=None,
+        description="job 1's plan (proxy r alone) with N read at the evaluation grid minus read"
+        " where the curve crossed, TTA/oracle, paired per synthetic seed",
+    )
+    policies: list[SyntheticPolicy]
+    how: str
+
+
+class NoiseFit(BaseModel):
+    """McCandlish et al.'s `N(b) = E_min (1 + b/B)` fitted to one (model, data set)'s mean N(b),
+    beside the noise scale measured in its runs."""
+
+    model: str
+    dataset: str
+    measured_b_noise: float | None = Field(description="B_simple, geometric mean over runs")
+    measured_runs: int
+    fitted_b_noise: float
+    fitted_e_min: float
+    rms_log_residual: float
+    residuals: list[float] = Field(description="log N − fit per batch size (> 0: slower)")
+
+
+class RecurringGain(BaseModel):
+    """`recurring_gain` (issue 41): job 1's plan − the learned plan, jobs 2–5, seed as the unit."""
+
+    mean: float | None
+    ci95: tuple[float, float] | None
+    n: int
+    per_k: list[KStat] = Field(description="per job k, from the synthetic harness")
+    per_k_real: list[KStat] = Field(description="per job k, on the real seeds")
+    how: str
+
+
+class RecurringOverOracle(BaseModel):
+    """`recurring_over_oracle` (issue 41): jobs 2–5 pooled, per k, and the gap it closes."""
+
+    mean: float | None
+    ci95: tuple[float, float] | None
+    n: int
+    per_k: list[RecurringStat]
+    reference: Stat = Field(description="the single-seed proxy's plan on the same jobs")
+    gap_captured: float | None = Field(
+        description="(reference − pooled) / (reference − floor): the share of the gap between"
+        " the single-seed plan and the floor that the default closes"
+    )
+    how: str
+
+
+class FloorOverOracle(BaseModel):
+    """`floor_over_oracle`: what unlimited history could at best know."""
+
+    mean: float | None
+    ci95: tuple[float, float] | None
+    n: int
+    how: str
 
 
 class BoardRatios(BaseModel):
@@ -221,11 +351,18 @@ class Headline(BaseModel):
     predicted_over_limit_1w: int
     edgetrain_over_limit_1w: int
     goals: dict[str, bool]
-    recurring_over_oracle: list[RecurringStat] = Field(
-        default_factory=list, description="the recurring column: edgetrain/oracle per job k"
+    edgetrain_estimate: EstimateCost | None = Field(
+        default=None, description="the default estimate edgetrain_over_oracle plans from"
     )
-    recurring_informed: Stat | None = Field(
-        default=None, description="the floor: planned from every other seed's whole N_target(b)"
+    recurring_gain: RecurringGain | None = None
+    recurring_over_oracle: RecurringOverOracle | None = None
+    floor_over_oracle: FloorOverOracle | None = None
+    recurring_policies: list[PolicyStat] = Field(
+        default_factory=list, description="the comparison policies on the same data"
+    )
+    synthetic: SyntheticSummary | None = None
+    noise_fits: list[NoiseFit] = Field(
+        default_factory=list, description="the empirical model against each set's N(b)"
     )
     simulated: Literal[True] = True
 

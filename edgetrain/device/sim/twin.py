@@ -234,6 +234,10 @@ class DeviceTwin:
         of_node.mkdir(parents=True, exist_ok=True)
         (of_node / "name").write_bytes(of_name.encode() + b"\0")
         _rel_symlink(device / "of_node", of_node)
+        # What the kernel's of_device_uevent() writes for a devicetree device: readable where a
+        # container runtime masks /sys/firmware (the of_node link's target).
+        full = "/" + of_dir.removeprefix("sys/firmware/devicetree/base/")
+        (device / "uevent").write_text(f"OF_NAME={of_name}\nOF_FULLNAME={full}\n")
         node = device / "devfreq" / name
         node.mkdir(parents=True, exist_ok=True)
         _rel_symlink(node / "device", device)
