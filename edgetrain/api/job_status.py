@@ -233,6 +233,9 @@ class TrainingStatus(_Status):
     simulated: bool | None = None
     device: str | None = Field(default=None, description="where the pod trains: cpu, cuda:N")
     precision: str | None = Field(default=None, description="fp32, fp16 or bf16")
+    carry_from: str | None = Field(
+        default=None, description="the previous segment's checkpoint folder this segment's"
+        " Job starts from (a re-plan that changed b)")
     samples_to_target: float | None = Field(
         default=None, description="where the accuracy curve crossed the target (interpolated)"
     )
@@ -271,6 +274,20 @@ class PowerShareStatus(_Status):
                           " job plans, and its pods run, only under that grant")
 
 
+class PendingEvent(_Status):
+    """A keyed Event the status implies and the operator had not yet seen posted when it wrote
+    it (the Event's name follows from the job's uid and `key`)."""
+
+    key: str
+    type: str = Field(pattern="^(Normal|Warning)$")
+    reason: str
+    message: str = ""
+
+
+#: Keyed Events a status carries at most (a reconcile makes up to about ten).
+MAX_PENDING_EVENTS = 32
+
+
 class PowerAwareTrainingJobStatus(_Status):
     """status of a PowerAwareTrainingJob."""
 
@@ -290,6 +307,11 @@ class PowerAwareTrainingJobStatus(_Status):
         " posted once however many operator replicas decide the same step")
     started_at: str | None = None
     finished_at: str | None = None
+    pending_events: list[PendingEvent] = Field(
+        default_factory=list, max_length=MAX_PENDING_EVENTS,
+        description="keyed Events this status implies that were not yet seen posted when it was"
+        " written: the operator posts them after the write that decides (off the critical"
+        " path); a replica that takes over posts those it does not find")
 
     def wire(self) -> dict[str, object]:
         """The JSON the API server stores (camelCase, no nulls), every string within the schema's

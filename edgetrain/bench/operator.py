@@ -39,17 +39,24 @@ from pydantic import BaseModel, Field
 from edgetrain.api.crd import GROUP, PLURAL, VERSION
 from edgetrain.api.job import API_VERSION, KIND, PowerAwareTrainingJobSpec
 from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
+from edgetrain.bench.operator_figures import OperatorFigures, operator_figures
 from edgetrain.bench.operator_fleet import (
+    LEASE_DURATION_S,
+    LEASE_PARALLELISM,
     MIB,
     ApiRequests,
+    LeaseLapses,
     ProcReading,
     apiserver_request_counts,
     apply_crds,
     audit_args,
     audit_log_path,
     bench_stages,
+    kcm_grace_args,
+    kwok_configuration,
     node_list_bytes,
     operator_kubeconfig,
+    parse_time,
     read_audit,
     read_proc,
 )
@@ -91,11 +98,19 @@ class OperatorBenchConfig(BaseModel):
     deadline_s: float = Field(default=1800.0, gt=0, description="from the first job created")
     poll_interval_s: float | None = Field(default=None, description="None: the operator's own")
     submit_workers: int = Field(default=4, ge=1)
-    idle_window_s: float = Field(default=15.0, ge=0, description="the control plane's own load"
+    idle_window_s: float = Field(default=50.0, ge=0, description="the control plane's own load"
                                  " is sampled this long before the first job (0: not at all)")
     apiserver_profile_s: float = Field(default=0.0, ge=0, description="a CPU profile of the API"
                                        " server over this many seconds from the first job"
                                        " (kube-apiserver-cpu.pprof in the run folder; 0: none)")
+    lease_duration_s: int = Field(default=LEASE_DURATION_S, ge=10, description="the kwok"
+                                  " nodes' Lease duration (renewed every quarter of it); the"
+                                  " controller-manager's node grace period matches it")
+    lease_parallelism: int = Field(default=LEASE_PARALLELISM, ge=1, description="kwok's Lease"
+                                   " renewals in flight")
+    operator_src: str | None = Field(default=None, description="run the operator from this"
+                                     " source tree (its PYTHONPATH), e.g. an older commit's, to"
+                                     " compare; None: this one")
 
 
 class LatencyStats(BaseModel):
@@ -170,6 +185,26 @@ class OperatorBenchResult(BaseModel):
     # ERROR records of the operator's handlers and reconciles (first 10); kopf's own retried
     # connection errors while the API server starts are not counted.
     operator_errors: list[str] = []
+    # The same transitions with the clock started when the input was written (the fake worker
+    # about to publish, the bench about to POST): the definition before 2026-11-27, to compare.
+    decision_p95_s_write_clock: float | None = None
+    transitions_write_clock: dict[str, LatencyStats] = {}
+    # The operator's own figures (its decision log; None: an operator without one).
+    operator: OperatorFigures | None = None
+    operator_decision_p95_s: float | None = None  # watch event → first decisive write
+    operator_queue_p95_s: float | None = None  # watch event → its reconcile started
+    serial_requests_p95: float | None = None  # requests in a row up to the decisive write
+    operator_cpu_per_decision_s: float | None = None  # the operator's CPU s / its decisions
+    apiserver_round_trip_p50_s: float | None = None  # the operator's requests, audit log
+    apiserver_round_trip_p95_s: float | None = None
+    # The fleet's health over the idle window and the jobs': leases renewed later than their
+    # duration (or not renewed by the end), and NodeNotReady Events (a node's Ready lost).
+    lapsed_leases: int = 0
+    lapsed_lease_names: list[str] = []
+    node_not_ready: int = 0
+    lease_renewals: int = 0
+    idle_apiserver_requests_per_s: float = 0.0
+    idle_apiserver_requests_top: dict[str, int] = {}
 
 
 # --- what the bench sees -----------------------------------------------------------------
@@ -190,14 +225,18 @@ class JobTrack:
     train_jobs: list[float] = field(default_factory=list)
     train_done: float | None = None
     parts_done: float | None = None  # the last part of its estimate published
+    seen: float | None = None  # the job first seen by the bench's watch
+    parts_seen: float | None = None  # its estimate's parts ConfigMap first seen complete
 
 
 class Tracker:
     """Folds watch events into per-job histories; thread-safe."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], runs: int = len(BATCH_SIZES)) -> None:
         self.jobs = {n: JobTrack() for n in names}
         self.published: dict[str, float] = {}
+        self.seen: dict[str, float] = {}  # ConfigMap → first seen with its content
+        self.runs = runs  # parts of each estimate
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
@@ -227,6 +266,23 @@ class Tracker:
                 self._seen.add(pod["metadata"]["uid"])
                 self.estimate_nodes[node] += 1
 
+    def on_configmap(self, kind: str, cm: Obj, at: float) -> None:
+        """A ConfigMap event: when an input is there for the operator (a profile or vector
+        with its content, an estimate's parts once all of them are in)."""
+        if kind == "DELETED":
+            return
+        name = str(cm["metadata"]["name"])
+        data = cm.get("data") or {}
+        with self._lock:
+            job, sep, _ = name.rpartition("-estimate-")
+            if sep and name.endswith("-parts"):
+                track = self.jobs.get(job)
+                parts = sum(1 for k in data if k.startswith("part-"))
+                if track is not None and track.parts_seen is None and parts >= self.runs:
+                    track.parts_seen = at
+            elif data and name not in self.seen:
+                self.seen[name] = at
+
     def on_job(self, kind: str, obj: Obj, at: float) -> None:
         """A PowerAwareTrainingJob event."""
         status = obj.get("status") or {}
@@ -234,6 +290,8 @@ class Tracker:
             track = self.jobs.get(obj["metadata"]["name"])
             if track is None:
                 return
+            if track.seen is None:
+                track.seen = at
             phase = status.get("phase")
             if phase and phase != track.phase:
                 track.phase = phase
@@ -308,6 +366,16 @@ def decisions(track: JobTrack, published: dict[str, float]) -> dict[str, float |
     return out
 
 
+def seen_decisions(track: JobTrack, seen: dict[str, float]) -> dict[str, float | None]:
+    """Latency per transition with the clock started when the bench's own watch saw the input
+    (the job, its vector or its last part, its last profile, its training Job complete): the
+    same watch deliveries at both ends, for every transition alike."""
+    moved = JobTrack(**{**track.__dict__, "created": track.seen,
+                        "parts_done": track.parts_seen})
+    # The vector is the operator's own write (it merges the parts): its input is the parts.
+    return decisions(moved, {k: v for k, v in seen.items() if k != track.efficiency_cm})
+
+
 def estimate_phase_s(track: JobTrack) -> float | None:
     """Its estimate Job seen → the job seen past EstimatingEfficiency (None: no estimate ran)."""
     if not track.estimate_jobs:
@@ -355,6 +423,23 @@ def job_manifest(name: str, index: int, limits_w: list[float], seeds: int = 1) -
     }
 
 
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
+
+
+def _registered(node: Obj) -> Obj:
+    """A kwok Node as a registering kubelet leaves it: without the `ttl` annotation (the TTL
+    controller manages it), with the beta OS and architecture labels (else the node lifecycle
+    controller reads and patches every node of a new fleet, which at its request rate goes on
+    through the jobs' window: 800 GETs and PATCHes in 90 s at 1,000 nodes)."""
+    meta = node["metadata"]
+    meta["annotations"].pop(TTL_ANNOTATION, None)
+    labels = meta.setdefault("labels", {})
+    for stable in ("kubernetes.io/os", "kubernetes.io/arch"):
+        if stable in labels:
+            labels[f"beta.{stable}"] = labels[stable]
+    return node
+
+
 def node_counts(total: int, boards: list[str]) -> dict[str, int]:
     """`total` nodes spread evenly over the boards (the first ones get the remainder)."""
     base, extra = divmod(total, len(boards))
@@ -375,9 +460,10 @@ class _Watches:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
-    def add(self, path: str, handler: Callable[[str, Obj, float], None]) -> None:
+    def add(self, path: str, handler: Callable[[str, Obj, float], None],
+            **params: str) -> None:
         def pump() -> None:
-            for kind, obj in self.kube.list_watch(path, self.stop):
+            for kind, obj in self.kube.list_watch(path, self.stop, **params):
                 handler(kind, obj, time.monotonic())
 
         thread = threading.Thread(target=pump, daemon=True, name=f"watch {path}")
@@ -432,17 +518,24 @@ class _Sampler:
 
 
 @contextmanager
-def _cluster(run_dir: Path, profiling: bool = False) -> Iterator[LocalCluster]:
+def _cluster(run_dir: Path, config: OperatorBenchConfig,
+             profiling: bool = False) -> Iterator[LocalCluster]:
     binaries.ensure_binaries()
     stages = run_dir / "kwok-stages.yaml"
     run_dir.mkdir(parents=True, exist_ok=True)
-    stages.write_text(bench_stages((binaries.bin_dir() / "kwok-stages.yaml").read_text()))
+    # The fleet as a healthy real one keeps it: leases the API server keeps up with, renewed
+    # with room to spare, and the controller-manager's grace matched to them (bench only).
+    stages.write_text(bench_stages((binaries.bin_dir() / "kwok-stages.yaml").read_text())
+                      + "---\n" + kwok_configuration(config.lease_duration_s,
+                                                    config.lease_parallelism))
     # New Nodes get no not-ready taint (TaintNodesByCondition): the node lifecycle controller
     # lifts it one node at a time, which takes many minutes for thousands of nodes here.
     args = [*audit_args(run_dir), "--disable-admission-plugins=TaintNodesByCondition"]
     if profiling:  # LocalCluster turns it off; a later flag wins
         args.append("--profiling=true")
-    cluster = LocalCluster(run_dir, kwok_config=stages, apiserver_args=args)
+    cluster = LocalCluster(run_dir, kwok_config=stages, apiserver_args=args,
+                           kcm_args=kcm_grace_args(config.lease_duration_s),
+                           kwok_lease_duration_s=config.lease_duration_s)
     cluster.start()
     try:
         yield cluster
@@ -450,17 +543,36 @@ def _cluster(run_dir: Path, profiling: bool = False) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
+def _create_paced(kube: KubeClient, bodies: list[Obj], period_s: float, steps: int = 25
+                  ) -> None:
+    """Create the nodes spread over one Lease renewal period: kwok renews each Lease a fixed
+    period after it first took it, so nodes created at once renew all at once, in bursts of
+    the whole fleet (1,000 PUTs in two seconds every 50 s), where a real fleet's renewals are
+    spread evenly."""
+    chunk = max(1, -(-len(bodies) // steps))
+    start = time.monotonic()
+    for i in range(0, len(bodies), chunk):
+        create_nodes(kube, bodies[i:i + chunk], workers=8)
+        wait = start + period_s * (i // chunk + 1) / steps - time.monotonic()
+        if wait > 0 and i + chunk < len(bodies):
+            time.sleep(wait)
+
+
 def _wait_schedulable(kube: KubeClient, count: int, reporter: Reporter,
                       timeout_s: float) -> None:
-    """Until (nearly) every kwok node is Ready and schedulable (no not-ready taint)."""
+    """Until (nearly) every kwok node is Ready and schedulable (no not-ready taint), and the
+    TTL controller has annotated every node (its one pass over a new fleet: until then it
+    patches nodes in the jobs' window)."""
     deadline = time.monotonic() + timeout_s
     while True:
         items = kube.get("/api/v1/nodes", labelSelector="type=kwok")["items"]
         ready = sum(1 for n in items if node_schedulable(n))
-        reporter.advance(ready, status="schedulable")
+        settled = sum(1 for n in items
+                      if TTL_ANNOTATION in (n["metadata"].get("annotations") or {}))
+        reporter.advance(ready, status="schedulable", ttl_annotated=settled)
         # A few of thousands of kwok nodes may miss a lease renewal on a busy machine and
         # flap to NotReady; the operator skips those like any node that is not Ready.
-        if ready >= count * SCHEDULABLE_FRACTION:
+        if ready >= count * SCHEDULABLE_FRACTION and settled >= len(items):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {ready}/{count} kwok nodes schedulable after"
@@ -522,7 +634,7 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
     counts = node_counts(config.nodes, boards)
     root = run_dir or Path(tempfile.mkdtemp(prefix="edgetrain-bench-operator-"))
     reporter.event("cluster", run_dir=str(root))
-    with _cluster(root, profiling=config.apiserver_profile_s > 0) as cluster, \
+    with _cluster(root, config, profiling=config.apiserver_profile_s > 0) as cluster, \
             cluster.client() as kube:
         nodes: dict[str, tuple[str, str | None]] = {}
         bodies = []
@@ -530,16 +642,16 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             short = board.removeprefix("jetson-")
             for i in range(count):
                 name = f"{short}-{i:05d}"
-                bodies.append(board_node(name, board))
+                bodies.append(_registered(board_node(name, board)))
                 nodes[name] = (board, board_profile(board).l4t)
         # By default room for every estimate at once: the bench measures the operator, not a
         # queue on a fake server. --server-gpus 1 --servers k: the estimates' fan-out.
         gpus = config.server_gpus or config.jobs * len(BATCH_SIZES) * config.seeds + 8
         for i in range(config.servers):
-            bodies.append(board_node(f"gpu-server-{i}", "gpu-server", pods=config.jobs + 110,
-                                     gpus=gpus))
+            bodies.append(_registered(board_node(f"gpu-server-{i}", "gpu-server",
+                                              pods=config.jobs + 110, gpus=gpus)))
         reporter.start("nodes", total=len(bodies))
-        create_nodes(kube, bodies, workers=8)
+        _create_paced(kube, bodies, config.lease_duration_s / 4)
         _wait_schedulable(kube, len(bodies), reporter,
                           timeout_s=max(300.0, len(bodies) * 0.5))
         node_list_mb = node_list_bytes(kube) / MIB
@@ -556,10 +668,18 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
         argv = [sys.executable, "-m", "edgetrain", "operator", "--kubeconfig", str(kubeconfig)]
         if config.poll_interval_s is not None:
             argv += ["--poll-interval", str(config.poll_interval_s)]
+        decision_log = root / "logs" / "decisions.jsonl"
+        env = {**os.environ, "EDGETRAIN_OPERATOR_DECISION_LOG": str(decision_log)}
+        if config.operator_src is not None:
+            env["PYTHONPATH"] = config.operator_src
+        # `python -m` puts its working folder first on sys.path: run it from the source tree.
+        src = Path(config.operator_src) if config.operator_src is not None else None
         operator = ManagedProcess("operator", argv, root / "logs" / "operator.log",
-                                  env=dict(os.environ)).start()
-        tracker = Tracker(names)
+                                  env=env, cwd=src).start()
+        tracker = Tracker(names, runs=len(BATCH_SIZES) * config.seeds)
         watches = _Watches(kube)
+        leases = LeaseLapses()
+        not_ready = _Counted()
         worker = FakeWorker(kube, NAMESPACE, specs, nodes, cost, config.work_s, tracker.publish)
         try:
             launched = time.monotonic()
@@ -579,13 +699,22 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
                 tracker.on_pod(kind, pod, at)
 
             watches.add(api_path("v1", "pods", NAMESPACE), on_pod)
+            watches.add(api_path("v1", "configmaps", NAMESPACE), tracker.on_configmap)
+            watches.add(api_path("coordination.k8s.io/v1", "leases", "kube-node-lease"),
+                        leases.on_lease)
+            watches.add(api_path("v1", "events"), not_ready.on_event,
+                        fieldSelector="reason=NodeNotReady")
             time.sleep(1.0)  # let the watches list before the first job appears
             baseline = _Sampler(pids)
+            health_from = time.time()
+            idle_before = apiserver_request_counts(kube.get_text("/metrics"))
             if config.idle_window_s > 0:
                 reporter.event("baseline", idle_window_s=config.idle_window_s)
                 baseline.start()
                 time.sleep(config.idle_window_s)
                 baseline.finish()
+            idle_requests = apiserver_request_counts(kube.get_text("/metrics"))
+            idle_requests.subtract(idle_before)
             load_before = os.getloadavg()[0]
             idle_rss = read_proc(operator.pid)
             requests_before = apiserver_request_counts(kube.get_text("/metrics"))
@@ -614,13 +743,75 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             operator.stop(grace_s=10.0)
         requests = read_audit(audit_log_path(root), start_epoch, end_epoch)
         op_errors = operator_log_errors(root / "logs" / "operator.log")
+        seen = {n: t.seen for n, t in tracker.jobs.items() if t.seen is not None}
+        figures = (operator_figures(decision_log, start_epoch, end_epoch, seen)
+                   if decision_log.is_file() else None)
+        health = _Health(lapsed=leases.lapsed(health_from, end_epoch),
+                         not_ready=not_ready.within(health_from, end_epoch),
+                         renewals=leases.renewals,
+                         idle_per_s=sum(idle_requests.values()) / max(config.idle_window_s,
+                                                                     1.0),
+                         idle_top=dict((+idle_requests).most_common(10)))
     if run_dir is None:  # etcd's data and the audit log can be hundreds of MB
         shutil.rmtree(root, ignore_errors=True)
     idle_usage = {n: baseline.usage(n, config.idle_window_s) for n in baseline.first
                   if n != "operator"}
-    return _result(config, command, tracker, requests, sampler, window, counts, node_list_mb,
-                   load_before, idle_rss, operator_peak, worker.errors, op_errors, submit_s,
-                   ready_s, idle_usage, +all_requests)
+    result = _result(config, command, tracker, requests, sampler, window, counts,
+                     node_list_mb, load_before, idle_rss, operator_peak, worker.errors,
+                     op_errors, submit_s, ready_s, idle_usage, +all_requests)
+    return _with_figures(result, figures, health)
+
+
+@dataclass
+class _Health:
+    """The fleet's health over the bench's window, and its idle request rate."""
+
+    lapsed: list[str]
+    not_ready: int
+    renewals: int
+    idle_per_s: float
+    idle_top: dict[str, int]
+
+
+class _Counted:
+    """Events seen by a watch, with when they happened (their lastTimestamp, unix s)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: dict[str, float] = {}
+
+    def on_event(self, kind: str, event: Obj, at: float) -> None:
+        if kind == "DELETED":
+            return
+        when = parse_time(event.get("lastTimestamp") or event.get("eventTime")
+                          or event["metadata"].get("creationTimestamp"))
+        if when is not None:
+            with self._lock:
+                self._times[str(event["metadata"]["uid"])] = when
+
+    def within(self, start: float, end: float) -> int:
+        with self._lock:
+            return sum(1 for t in self._times.values() if start - 1.0 <= t <= end + 1.0)
+
+
+def _with_figures(result: OperatorBenchResult, figures: OperatorFigures | None,
+                  health: _Health) -> OperatorBenchResult:
+    """The result with the operator's own figures and the fleet's health."""
+    decided = figures.decisions if figures is not None else 0
+    return result.model_copy(update={
+        "operator": figures,
+        "operator_decision_p95_s": figures.decision_s.p95 if figures is not None else None,
+        "operator_queue_p95_s": figures.queue_s.p95 if figures is not None else None,
+        "serial_requests_p95": (figures.serial_requests.p95 if figures is not None else None),
+        "operator_cpu_per_decision_s": (round(result.operator_cpu_s / decided, 4)
+                                        if decided else None),
+        "lapsed_leases": len(health.lapsed),
+        "lapsed_lease_names": health.lapsed[:20],
+        "node_not_ready": health.not_ready,
+        "lease_renewals": health.renewals,
+        "idle_apiserver_requests_per_s": round(health.idle_per_s, 1),
+        "idle_apiserver_requests_top": health.idle_top,
+    })
 
 
 def _profile_apiserver(kube: KubeClient, seconds: float, out: Path,
@@ -698,12 +889,16 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
             errors: list[str], operator_errors: list[str], submit_s: float,
             ready_s: float, idle_usage: dict[str, ComponentUsage],
             all_requests: Counter[str]) -> OperatorBenchResult:
-    per_kind: dict[str, list[float | None]] = {"start": [], "efficiency": [], "profiles": [],
-                                               "training": []}
+    kinds = ("start", "efficiency", "profiles", "training")
+    per_kind: dict[str, list[float | None]] = {k: [] for k in kinds}
+    per_kind_write: dict[str, list[float | None]] = {k: [] for k in kinds}
     for track in tracker.jobs.values():
-        for kind, value in decisions(track, tracker.published).items():
+        for kind, value in seen_decisions(track, tracker.seen).items():
             per_kind[kind].append(value)
+        for kind, value in decisions(track, tracker.published).items():
+            per_kind_write[kind].append(value)
     pooled = latency_stats([v for values in per_kind.values() for v in values])
+    pooled_write = latency_stats([v for values in per_kind_write.values() for v in values])
     phases = tracker.phases()
     failed = [t.message for t in tracker.jobs.values() if t.phase == "Failed"]
     op = sampler.usage("operator", window_s)
@@ -751,4 +946,8 @@ def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,
         estimate_pods_per_node=dict(sorted(tracker.estimate_nodes.items())),
         bench_errors=errors[:10],
         operator_errors=operator_errors,
+        decision_p95_s_write_clock=pooled_write.p95_s,
+        transitions_write_clock={k: latency_stats(v) for k, v in per_kind_write.items()},
+        apiserver_round_trip_p50_s=requests.round_trip_p50_s,
+        apiserver_round_trip_p95_s=requests.round_trip_p95_s,
     )

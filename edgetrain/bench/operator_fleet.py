@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,93 @@ def bench_stages(upstream: str) -> str:
         raise RuntimeError("kwok's stage file has no pod-complete stage; rebuild it with"
                            " `make cluster-bins`")
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+# --- a kwok fleet set up like a healthy real one -------------------------------------------
+
+# Node Leases of the bench's fleet: 200 s, renewed every 50 s (kwok renews at a quarter of the
+# duration, as the kubelet does), at most LEASE_PARALLELISM renewals in flight. kwok's defaults
+# (40 s, 4 in flight) renew 5,000 leases every ~107 s on this machine: leases lapse, nodes flap
+# NotReady, and the node lifecycle controller's taint churn loads the API server.
+LEASE_DURATION_S = 200
+LEASE_PARALLELISM = 64
+
+
+def kwok_configuration(lease_duration_s: int = LEASE_DURATION_S,
+                       lease_parallelism: int = LEASE_PARALLELISM) -> str:
+    """kwok's own configuration document (it goes into the same --config file as the stages;
+    the duration is also given as a flag, which wins, by LocalCluster). kwok applies none of
+    its defaults to a document it is given: the other options are its defaults, spelled out."""
+    return yaml.safe_dump({
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"nodeLeaseDurationSeconds": lease_duration_s,
+                    "nodeLeaseParallelism": lease_parallelism,
+                    "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4,
+                    "podsOnNodeSyncParallelism": 1, "enablePodsOnNodeSyncListPager": True,
+                    "enablePodsOnNodeSyncStreamWatch": False, "enableDebuggingHandlers": True,
+                    "enableContentionProfiling": False, "enableProfilingHandler": True},
+    }, sort_keys=False)
+
+
+def kcm_grace_args(lease_duration_s: int = LEASE_DURATION_S) -> list[str]:
+    """The node lifecycle controller's grace matched to the leases (a real cluster's 40-s lease
+    goes with a 40–50-s grace): a node is NotReady once its lease has not been renewed for a
+    whole lease duration. And the request rate a controller-manager of a large fleet is given
+    (the default 20/s takes minutes for the TTL controller's pass over 5,000 new nodes)."""
+    return [f"--node-monitor-grace-period={lease_duration_s}s", "--kube-api-qps=100",
+            "--kube-api-burst=200"]
+
+
+def parse_time(stamp: object) -> float | None:
+    """RFC 3339 with or without fractions (metav1.Time, MicroTime) as unix seconds."""
+    import datetime as dt
+
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class LeaseLapses:
+    """Node Leases that lapsed: renewed later than their duration after the renewal before
+    (from a watch of kube-node-lease), and, at the end, those not renewed for longer than it.
+    Only lapses that end (or are found) within [start, end] (unix s) count."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, float]] = {}  # lease → (renewed, duration)
+        self.gaps: list[tuple[str, float, float]] = []  # (lease, renewed before, renewed)
+        self.renewals = 0
+
+    def on_lease(self, kind: str, lease: Obj, _at: float = 0.0) -> None:
+        """A Lease event (ADDED, MODIFIED, DELETED)."""
+        name = str(lease["metadata"]["name"])
+        spec = lease.get("spec") or {}
+        renewed = parse_time(spec.get("renewTime"))
+        duration = float(spec.get("leaseDurationSeconds") or 0)
+        with self._lock:
+            if kind == "DELETED":
+                self._last.pop(name, None)
+                return
+            if renewed is None:
+                return
+            before = self._last.get(name)
+            self._last[name] = (renewed, duration)
+            if before is not None and renewed > before[0]:
+                self.renewals += 1
+                if renewed - before[0] > before[1] > 0:
+                    self.gaps.append((name, before[0], renewed))
+
+    def lapsed(self, start: float, end: float) -> list[str]:
+        """The leases that lapsed in the window (each once)."""
+        with self._lock:
+            out = {name for name, _, renewed in self.gaps if start <= renewed <= end}
+            out |= {name for name, (renewed, duration) in self._last.items()
+                    if duration > 0 and end - renewed > duration}
+        return sorted(out)
 
 
 # --- audit log of the operator's requests ----------------------------------------------------
@@ -112,14 +200,16 @@ class ApiRequests(BaseModel):
     mean_per_s: float  # over the bench window
     peak_per_s: float  # busiest 10-s window (or the whole window when shorter)
     status_codes: dict[str, int]  # 404 and 409 are normal: "not there yet", "already exists"
+    # The API server's own time per request (received → response complete), watches left out
+    round_trip_p50_s: float | None = None
+    round_trip_p95_s: float | None = None
 
 
 def read_audit(path: Path, start_epoch: float, end_epoch: float,
                window_s: float = 10.0) -> ApiRequests:
     """Count each request once (its auditID) received within [start, end] (epoch seconds)."""
-    import datetime as dt
-
     seen: set[str] = set()
+    round_trips: list[float] = []
     kinds: Counter[str] = Counter()
     windows: Counter[int] = Counter()
     codes: Counter[str] = Counter()
@@ -139,15 +229,16 @@ def read_audit(path: Path, start_epoch: float, end_epoch: float,
             if not audit_id or audit_id in seen or event.get("user", {}).get(
                     "username") != OPERATOR_USER:
                 continue
-            stamp = event.get("requestReceivedTimestamp", "")
-            try:
-                when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-            except ValueError:
+            when = parse_time(event.get("requestReceivedTimestamp", ""))
+            if when is None:
                 continue
             if not start_epoch <= when <= end_epoch:
                 continue
-            seen.add(audit_id)
             verb = str(event.get("verb", "?"))
+            done = parse_time(event.get("stageTimestamp"))
+            if event.get("stage") == "ResponseComplete" and verb != "watch" and done is not None:
+                round_trips.append(done - when)
+            seen.add(audit_id)
             ref = event.get("objectRef") or {}
             resource = str(ref.get("resource", event.get("requestURI", "?")))
             if ref.get("subresource"):
@@ -157,6 +248,11 @@ def read_audit(path: Path, start_epoch: float, end_epoch: float,
             codes[str((event.get("responseStatus") or {}).get("code", "?"))] += 1
             windows[int((when - start_epoch) // window_s)] += 1
     span = max(end_epoch - start_epoch, 1e-9)
+    trips = sorted(round_trips)
+
+    def quantile(q: float) -> float | None:
+        return round(trips[min(len(trips) - 1, int(q * len(trips)))], 4) if trips else None
+
     return ApiRequests(
         total=len(seen),
         watches=watches,
@@ -164,6 +260,8 @@ def read_audit(path: Path, start_epoch: float, end_epoch: float,
         mean_per_s=len(seen) / span,
         peak_per_s=max(windows.values(), default=0) / min(window_s, span),
         status_codes=dict(sorted(codes.items())),
+        round_trip_p50_s=quantile(0.5),
+        round_trip_p95_s=quantile(0.95),
     )
 
 

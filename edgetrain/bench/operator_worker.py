@@ -32,7 +32,7 @@ from edgetrain.cluster.podspec import expand_vars, field_ref
 from edgetrain.device.sim.boards import BOARDS
 from edgetrain.device.sim.physics import ground_truth
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
-from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, add_to_configmap
+from edgetrain.operator.worker import PROGRESS_KEY, RESULT_KEY, parse_owner, publish_files
 
 log = logging.getLogger("edgetrain.bench.operator")
 
@@ -47,6 +47,8 @@ class WorkerArgs:
     labels: dict[str, str] = field(default_factory=dict)
     progress: str | None = None
     command: tuple[str, ...] = ()
+    apply_as: str | None = None  # publish by server-side apply as this field manager
+    owner: str | None = None  # API_VERSION:KIND:NAME:UID of the published ConfigMap
 
     def option(self, name: str) -> str | None:
         """The value of the workload's option `name` (None: absent)."""
@@ -71,7 +73,7 @@ def worker_args(args: list[str], env: dict[str, str] | None = None) -> WorkerArg
     """Parse a pod's `edgetrain worker …` arguments (the container's args), with $(VAR)
     expanded from `env` as the kubelet does."""
     args = [expand_vars(a, env or {}) for a in args]
-    publish = progress = None
+    publish = progress = apply_as = owner = None
     files: list[str] = []
     labels: dict[str, str] = {}
     command: list[str] = []
@@ -89,7 +91,11 @@ def worker_args(args: list[str], env: dict[str, str] | None = None) -> WorkerArg
             labels[key] = value
         elif arg == "--progress":
             progress = next(it, None)
-    return WorkerArgs(publish, tuple(files), labels, progress, tuple(command))
+        elif arg == "--apply-as":
+            apply_as = next(it, None)
+        elif arg == "--owner":
+            owner = next(it, None)
+    return WorkerArgs(publish, tuple(files), labels, progress, tuple(command), apply_as, owner)
 
 
 # --- what the workloads would have produced ---------------------------------------------------
@@ -278,8 +284,9 @@ class FakeWorker:
         if missing:
             raise ValueError(f"the bench cannot produce {sorted(missing)}")
         before = time.monotonic()
-        add_to_configmap(self.kube, self.namespace, args.publish,
-                         {k: data[k] for k in args.files}, args.labels)
+        publish_files(self.kube, self.namespace, args.publish, {k: data[k] for k in args.files},
+                      args.labels, args.apply_as,
+                      parse_owner(args.owner) if args.owner else None)
         self.on_publish(args.publish, before)
 
     def _done(self, pod: Obj) -> None:

@@ -61,14 +61,29 @@ def bench_operator(
         float, typer.Option(min=1, help="Give up on unfinished jobs after this many seconds.")
     ] = 1800.0,
     idle_window: Annotated[
-        float, typer.Option(min=0, help="Seconds the idle fleet's control plane is sampled"
-                            " before the first job: the baseline (0: none).")
-    ] = 15.0,
+        float, typer.Option(help="Seconds the idle fleet's control plane is sampled"
+                            " before the first job: the baseline (0: none; default one Lease"
+                            " renewal period, a quarter of --lease-duration, so that every"
+                            " node's renewal is in it).")
+    ] = -1.0,
     apiserver_profile: Annotated[
         float, typer.Option(min=0, help="Take the API server's CPU profile over this many"
                             " seconds from the first job, into kube-apiserver-cpu.pprof in"
                             " --run-dir (0: none).")
     ] = 0.0,
+    lease_duration: Annotated[
+        int, typer.Option(min=10, help="The kwok nodes' Lease duration in seconds (renewed"
+                          " every quarter of it; the controller-manager's node grace matches"
+                          " it).")
+    ] = 200,
+    lease_parallelism: Annotated[
+        int, typer.Option(min=1, help="kwok's Lease renewals in flight.")
+    ] = 64,
+    operator_src: Annotated[
+        Path | None, typer.Option(help="Run the operator from this source tree (as its"
+                                  " PYTHONPATH), e.g. an older commit's checkout, to compare"
+                                  " on the same bench.")
+    ] = None,
     run_dir: Annotated[
         Path | None, typer.Option(help="Keep the cluster's files (logs, audit log) here;"
                                   " default: a temporary folder.")
@@ -101,8 +116,14 @@ def bench_operator(
             jobs=jobs, nodes=nodes, boards=names, servers=servers, server_gpus=server_gpus,
             seeds=seeds,
             power_limits_w=_floats(power_limits, "--power-limits"), work_s=work,
-            deadline_s=deadline, poll_interval_s=poll_interval, idle_window_s=idle_window,
-            apiserver_profile_s=apiserver_profile)
+            deadline_s=deadline, poll_interval_s=poll_interval,
+            idle_window_s=lease_duration / 4 if idle_window < 0 else idle_window,
+            apiserver_profile_s=apiserver_profile, lease_duration_s=lease_duration,
+            lease_parallelism=lease_parallelism,
+            operator_src=None if operator_src is None else str(operator_src.resolve()))
+        if operator_src is not None and not (operator_src / "edgetrain").is_dir():
+            raise BadInputError(f"--operator-src {operator_src}: no edgetrain package there;"
+                                " give the root of a checkout")
         if apiserver_profile > 0 and run_dir is None:
             raise BadInputError("--apiserver-profile writes into the run folder: give --run-dir")
         command = shlex.join(["edgetrain", *sys.argv[1:]])
@@ -143,6 +164,28 @@ def result_table(result: OperatorBenchResult) -> Table:
     for name, stats in result.transitions.items():
         rows.append((f"  {name} (n={stats.count}, undecided {stats.undecided}) p50 / p95",
                      f"{_s(stats.p50_s)} / {_s(stats.p95_s)} s"))
+    rows.append(("decision p95, clock from the input's write",
+                 f"{_s(result.decision_p95_s_write_clock)} s"))
+    figures = result.operator
+    if figures is not None:
+        rows += [
+            ("operator's decisions (of its reconciles)",
+             f"{figures.decisions} ({figures.reconciles})"),
+            ("  event → decisive write p50 / p95",
+             f"{_s(figures.decision_s.p50)} / {_s(figures.decision_s.p95)} s"),
+            ("  of which queue wait p50 / p95",
+             f"{_s(figures.queue_s.p50)} / {_s(figures.queue_s.p95)} s"),
+            ("  requests in a row p50 / p95",
+             f"{_s(figures.serial_requests.p50)} / {_s(figures.serial_requests.p95)}"),
+            ("  CPU per decision (its thread) mean", f"{_s(figures.cpu_s.mean)} s"),
+        ]
+    rows += [
+        ("API server round trip p50 / p95 (operator's requests)",
+         f"{_s(result.apiserver_round_trip_p50_s)} / {_s(result.apiserver_round_trip_p95_s)} s"),
+        ("lapsed leases / NodeNotReady / renewals",
+         f"{result.lapsed_leases} / {result.node_not_ready} / {result.lease_renewals:,}"),
+        ("idle fleet: requests/s", f"{result.idle_apiserver_requests_per_s:.1f}"),
+    ]
     rows += [
         ("API requests (per job)",
          f"{result.api_requests:,} ({result.api_requests_per_job:.1f})"),

@@ -145,6 +145,15 @@ def worker_command(
     ] = None,
     file: Annotated[list[str] | None, typer.Option(help="KEY=PATH (repeat).")] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE label (repeat).")] = None,
+    apply_as: Annotated[
+        str | None,
+        typer.Option(help="Publish by server-side apply as this field manager (one request;"
+                     " writers of other keys never conflict) instead of adding missing keys."),
+    ] = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(help="API_VERSION:KIND:NAME:UID of the published ConfigMap's controller."),
+    ] = None,
     progress: Annotated[
         str | None, typer.Option(help="ConfigMap receiving the trainer's JSON progress.")
     ] = None,
@@ -176,14 +185,21 @@ def worker_command(
     ] = None,
 ) -> None:
     """Run a workload in an operator pod and publish its results as ConfigMaps."""
-    from edgetrain.operator.worker import run_worker
+    from edgetrain.operator.worker import parse_owner, run_worker
 
+    try:
+        owner_ref = parse_owner(owner) if owner else None
+    except ValueError as exc:
+        print(f"edgetrain worker: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     code = run_worker(
         command,
         namespace=os.environ.get("POD_NAMESPACE", "default"),
         publish=publish,
         files={k: Path(v) for k, v in _pairs(file, "--file").items()},
         labels=_pairs(label, "--label"),
+        apply_as=apply_as,
+        owner=owner_ref,
         progress=progress,
         progress_interval_s=progress_interval,
         hold=hold,

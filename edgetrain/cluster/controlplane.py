@@ -98,6 +98,11 @@ class LocalCluster:
     # passes its own so that pods complete when it says, not at once.
     kwok_config: Path | None = None
     apiserver_args: list[str] = field(default_factory=list)  # extra flags, e.g. an audit log
+    # kube-controller-manager flags after the defaults (a bench matches its node grace period
+    # to the kwok fleet's leases)
+    kcm_args: list[str] = field(default_factory=list)
+    # kwok's node Leases: their duration (renewed every quarter of it, as the kubelet does)
+    kwok_lease_duration_s: int = 40
     # Its first address is the `kubernetes` Service; a real node's pods reach it (realnode.py).
     service_cidr: str = SERVICE_CIDR
     components: dict[str, Component] = field(default_factory=dict)
@@ -327,6 +332,7 @@ class LocalCluster:
             f"--cluster-signing-key-file={pki.ca_key}",
             "--controllers=*",
             "--v=1",
+            *self.kcm_args,
         ])
         url = f"https://{LOOPBACK}:{self.ports['kcm']}/healthz"
         proc.wait_ready(lambda: _http_ok(url), timeout_s, "healthy (/healthz)")
@@ -359,7 +365,7 @@ class LocalCluster:
             "--manage-single-node=",
             f"--cidr={KWOK_POD_CIDR}",
             f"--node-ip={LOOPBACK}",
-            "--node-lease-duration-seconds=40",
+            f"--node-lease-duration-seconds={self.kwok_lease_duration_s}",
             f"--server-address={LOOPBACK}:{self.ports['kwok']}",
         ])
         url = f"http://{LOOPBACK}:{self.ports['kwok']}/healthz"

@@ -312,7 +312,7 @@ def _allocate(kube: KubeClient, body: kopf.Body, name: str, kwargs: dict[str, An
             if exc.code != 404:
                 raise
             continue
-        hd.WAKEUPS.job_changed((write.namespace, str(patched["metadata"]["uid"])))
+        hd.WAKEUPS.job_changed((write.namespace, str(patched["metadata"]["uid"])), "grant")
         log.info("PowerBudget %s: %s/%s share %s (was %s)", name, write.namespace,
                  write.name, write.text, by_key[(write.namespace, write.name)].annotation)
     for kind, reason, message in decision.events:

@@ -12,7 +12,7 @@ included) are spelled out here, in one place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,23 @@ def awaited_configmaps(status: PowerAwareTrainingJobStatus, name: str) -> list[s
     return []
 
 
+def wake_groups(status: PowerAwareTrainingJobStatus, name: str,
+                producing: Iterable[str] = ()) -> list[list[str]]:
+    """The ways the wait of job `name` in its current phase ends, each a group of cache
+    ConfigMaps that must all be there: an estimate ends when its vector is published (by
+    another job's estimate of the same key) or when the last part of its own estimate is in
+    (the parts ConfigMap counts as there once complete: one wake-up, not one per part);
+    profiling ends when every profile is, or early for a profile this job itself makes
+    (`producing`: its DaemonSet is then deleted, freeing the node)."""
+    if status.phase is Phase.estimating and status.efficiency is not None:
+        return [[status.efficiency.config_map], [ep.parts_configmap_name(
+            em.estimate_job_name(name, status.attempts.estimate))]]
+    if status.phase is Phase.profiling and status.profiles:
+        names = [p.config_map for p in status.profiles]
+        return [names, *[[cm] for cm in names if cm in set(producing)]]
+    return []
+
+
 # What a training tick records from its pod's progress: facts that only move forward, not a
 # decision (`records_only`).
 _PROGRESS_FIELDS = frozenset({
@@ -155,6 +172,16 @@ def records_only(before: PowerAwareTrainingJobStatus, decision: Decision) -> boo
         return out
 
     return decided(before) == decided(decision.status)
+
+
+def destructive(decision: Decision) -> bool:
+    """The decision deletes a workload (`Delete.confirm`) or fails the job: taken on a view
+    that trails the API server (the watches), it is taken again on fresh reads before it is
+    acted on (a Job that looks failed or missing, a pod that looks refused, may be late news).
+    Everything else acts on the watched view: a create is idempotent (deterministic names), a
+    record moves forward."""
+    return decision.status.phase is Phase.failed or any(
+        isinstance(a, Delete) and a.confirm for a in decision.actions)
 
 
 def _transition(out: Decision, to: Phase, reason: str, message: str) -> None:
@@ -302,7 +329,7 @@ class _Step:
             self.go(Phase.failed, "NoWorkerIdentity",
                     ph.no_worker_identity(self.ns, self.settings.worker_service_account))
             return
-        self.act(Create("v1", "configmaps", mf.progress_configmap(self.world.job)))
+        # No write but the phase: the progress ConfigMap is made when training starts.
         self.status.started_at = now_rfc3339()
         self.go(Phase.estimating, "Started", "estimating the batch-size efficiency vector")
 
@@ -337,11 +364,11 @@ class _Step:
             runs = body["spec"]["completions"]
             self.announce("EstimateStarted", f"estimate-{status.attempts.estimate}",
                           f"job {job_name} on the GPU servers ({runs} runs, {width} at once)")
-            # The parts ConfigMap first: the Job's pods only patch their part into it.
-            self.act(Create("v1", "configmaps", em.parts_configmap(world.job, job_name, key)))
+            # No parts ConfigMap first: the pods' applies make it (one request per part).
             self.act(Create("batch/v1", "jobs", body))
             status.attempts.next_retry_at = None
-            status.message = f"estimating in job {job_name}"
+            # As the waits that follow say it while no run is done: a poll then writes nothing.
+            status.message = f"estimating in job {job_name}: 0 of {runs} runs done"
             return
         pods = self.pods_of_job(job_name)
         outcome = ph.job_outcome(job, pods)
@@ -427,7 +454,7 @@ class _Step:
                 prof.cached = True if prev is None else bool(prev.cached)
                 if ds_name in world.daemonsets:
                     self.act(Delete("apps/v1", "daemonsets", self.ns, ds_name,
-                                    foreground=status.power_share is not None))
+                                    foreground=status.power_share is not None, confirm=False))
             else:
                 pending.append((prof, ds_name))
             profiles.append(prof)
@@ -679,7 +706,10 @@ class _Step:
             return
         job = world.jobs.get(training.job)
         if job is None:
-            training.job = None  # deleted under us: start it again (resumes from the checkpoint)
+            # Recorded but not there: the status was written first and the replica died
+            # before it made the Job, or it was deleted under us. Made again under the same
+            # name and announcement key: it resumes from its checkpoint.
+            self.start_training(training, sel, again=True)
             return
         pods = self.pods_of_job(training.job)
         newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
@@ -793,23 +823,30 @@ class _Step:
         self.status.message = (f"waiting for power from PowerBudget {share.budget} on"
                                f" {share.node}: {reason}")
 
-    def start_training(self, training: TrainingStatus, sel: SelectionStatus) -> None:
+    def start_training(self, training: TrainingStatus, sel: SelectionStatus,
+                       again: bool = False) -> None:
+        """Make the training Job of the next attempt; `again`: the recorded attempt's Job, as
+        it was recorded (same name, checkpoint and carry)."""
         status = self.status
         if self.refused(roles.image_refusal("trainer", self.world.node(sel.node),
                                             self.settings)):
             return
         ckpt = training.checkpoint_dir
-        if not ckpt or not ckpt.endswith(f"-b{sel.batch_size}"):
+        carry = training.carry_from if again else None
+        if again and ckpt:
+            pass
+        elif not ckpt or not ckpt.endswith(f"-b{sel.batch_size}"):
             # The trainer's checkpoints are tied to b: a new b gets a new folder.
             ckpt = mf.checkpoint_dir(self.settings, self.world.job,
                                      f"run{training.attempt + 1}-b{sel.batch_size}")
-        carry = None
-        if training.checkpoint_dir and training.checkpoint_dir != ckpt:
+        if not again and training.checkpoint_dir and training.checkpoint_dir != ckpt:
             carry = training.checkpoint_dir
             training.carried_samples = training.samples
             training.carried_device_seconds = training.device_seconds
             training.carried_energy_joules = training.energy_joules or 0.0
-        training.attempt += 1
+        if not again:
+            training.attempt += 1
+            training.carry_from = carry
         share = status.power_share
         body = mf.train_job(self.world.job, self.spec, self.settings, node=sel.node,
                             batch_size=sel.batch_size, gpu_frequency_hz=sel.gpu_frequency_hz,
@@ -823,6 +860,9 @@ class _Step:
         self.announce("TrainingStarted", f"train-{training.attempt}",
                       f"job {job_name} on {sel.node} (b={sel.batch_size},"
                       f" f={sel.gpu_frequency_hz / 1e6:.0f} MHz)")
+        if mf.progress_configmap_name(self.world.name) not in self.world.configmaps:
+            # Before the Job: its pod publishes its progress and result into it.
+            self.act(Create("v1", "configmaps", mf.progress_configmap(self.world.job)))
         self.act(Create("batch/v1", "jobs", body))
         training.job, training.node, training.checkpoint_dir = job_name, sel.node, ckpt
         status.attempts.next_retry_at = None

@@ -23,6 +23,7 @@ from edgetrain.operator.manifests import (
     efficiency_configmap_name,
     label_value,
     owned_metadata,
+    owner_argument,
     short_name,
 )
 from edgetrain.operator.roles import estimate_affinity
@@ -51,16 +52,26 @@ def efficiency_labels(spec: PowerAwareTrainingJobSpec, key: str) -> dict[str, st
     }
 
 
+def parts_labels(patj: Obj, key: str) -> dict[str, str]:
+    """Labels of the parts ConfigMap: a cache entry (the operator's watch holds it; the last
+    part wakes the job) of the estimate's key."""
+    return {**_common_labels(patj, "estimate"), LABEL_CACHE: PARTS_CACHE, LABEL_CACHE_KEY: key}
+
+
+def part_manager(index: int | str) -> str:
+    """The field manager a run's part is applied as (one per completion index: no two runs'
+    writes ever conflict)."""
+    return f"edgetrain-part-{index}"
+
+
 def parts_configmap(patj: Obj, job_name: str, key: str) -> Obj:
-    """The empty parts ConfigMap, owned by the job (made before the Job, so its pods only
-    patch it). Labelled as a cache entry: the operator's index holds it, and each part
-    published wakes the job."""
-    labels = {**_common_labels(patj, "estimate"), LABEL_CACHE: PARTS_CACHE,
-              LABEL_CACHE_KEY: key}
+    """The parts ConfigMap as the pods' applies make it (the first one creates it), owned by
+    the job. The operator does not make it: nothing waits on a write before the Job."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": owned_metadata(patj, parts_configmap_name(job_name), labels),
+        "metadata": owned_metadata(patj, parts_configmap_name(job_name),
+                                   parts_labels(patj, key)),
         "data": {},
     }
 
@@ -103,6 +114,11 @@ def estimate_job(
         publish=parts_configmap_name(name),
         # $(VAR) in args is expanded by the kubelet from the container's environment.
         files={f"part-$({INDEX_ENV}).json": out},
+        # One request per part, no read: each run applies its own key (and the same labels
+        # and owner), so parts that land together never conflict.
+        labels=parts_labels(patj, key),
+        apply_as=part_manager(f"$({INDEX_ENV})"),
+        owner=owner_argument(patj),
         inject=inject,
         hold_release=hold_release,
         extra=[*_pretrain_args(spec), "--", *cmd],

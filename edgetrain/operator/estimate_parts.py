@@ -37,6 +37,15 @@ def parts_configmap_name(estimate_job_name: str) -> str:
     return f"{estimate_job_name}-parts"
 
 
+def parts_complete(data: Mapping[str, str], job: Mapping[str, object]) -> bool:
+    """Every completion of the estimate Job `job` has a part key in `data` (what wakes the
+    job: one wake-up at the last part; `parts_verdict` then checks each part)."""
+    spec = job.get("spec")
+    completions = spec.get("completions") if isinstance(spec, Mapping) else None
+    total = int(completions) if isinstance(completions, int) else 1
+    return sum(1 for k in data if _PART_KEY.match(k)) >= total
+
+
 def part_tag(key: str, job_uid: str) -> str:
     """What every part of the estimate Job `job_uid` of cache key `key` carries."""
     return f"{key}/{job_uid}"

@@ -14,29 +14,35 @@ import functools
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import kopf
 
 from edgetrain.api.crd import GROUP, PLURAL, VERSION
 from edgetrain.api.job import API_VERSION
-from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, fit_string
-from edgetrain.api.keys import (
-    LABEL_CACHE,
-    LABEL_CACHE_KEY,
-    LABEL_JOB,
-    LABEL_PHASE,
+from edgetrain.api.job_status import (
+    PendingEvent,
+    Phase,
+    PowerAwareTrainingJobStatus,
+    fit_string,
 )
-from edgetrain.kube import KubeApiError, KubeClient, api_path, load_configuration
+from edgetrain.api.keys import LABEL_CACHE, LABEL_CACHE_KEY
+from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, load_configuration
+from edgetrain.operator import decisions
+from edgetrain.operator import estimate_manifests as em
+from edgetrain.operator import events as ev
 from edgetrain.operator import manifests as mf
-from edgetrain.operator.decide import awaited_configmaps, parse_status
+from edgetrain.operator.decide import parse_status, wake_groups
+from edgetrain.operator.decisions import CountingClient
+from edgetrain.operator.estimate_parts import parts_complete
+from edgetrain.operator.events import EventPoster
 from edgetrain.operator.fleet import FleetWatch
-from edgetrain.operator.informer import TrainingWatch
-from edgetrain.operator.phases import job_finished
+from edgetrain.operator.informer import OwnWatch
+from edgetrain.operator.phases import job_finished, unix_seconds
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
-from edgetrain.operator.wake import Wakeups, job_key, owner_key, sleep_or_wake
-from edgetrain.operator.world import Producer
+from edgetrain.operator.wake import JobKey, Wakeups, job_key, sleep_or_wake
 
 SETTINGS: OperatorSettings = load_settings()
 WATCH_SERVER_TIMEOUT_S = 45
@@ -45,20 +51,35 @@ stats_log = logging.getLogger("edgetrain.operator.stats")
 log = logging.getLogger("edgetrain.operator")
 _lock = threading.Lock()
 _reconciler: Reconciler | None = None
-# uid → (the status a reconcile started from, the status the API server accepted). A poll can
-# fire on a body that does not show our last status patch yet; reconciling that stale body again
-# would repeat transitions, so a body still showing the old status is read as showing the new
-# one. Recorded only after the write succeeded; released when the job is final or deleted.
-_written: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-# kopf runs the poll loops beside the change handlers: one reconcile per job at a time.
+_poster: EventPoster | None = None
+# uid → (the statuses our last writes replaced, the status the API server last accepted). A
+# reconcile can start from a body that does not show our last status patches yet (kopf delivers
+# them a moment later); reconciling that stale body again would repeat transitions and write
+# over newer fields, so a body still showing one of the replaced statuses is read as showing
+# the newest. Recorded only after a write succeeded; released when the job is final or deleted.
+_written: dict[str, tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = {}
+MEMO_DEPTH = 8  # replaced statuses remembered per job
+# One reconcile per job at a time (a wake-up may come while one runs).
 _job_locks: dict[str, threading.Lock] = {}
+# Jobs this process has reconciled: the first reconcile of one posts what its stored ledger
+# holds (a predecessor may have died after the write, before posting; events.py).
+_seen: set[str] = set()
 WAKEUPS = Wakeups()
 FLEET: FleetWatch | None = None  # the Jetson nodes (operator/fleet.py), from startup on
-# Training Jobs, their pods and progress ConfigMaps (operator/informer.py), from startup on
-TRAINING: TrainingWatch | None = None
-# Where poll loops run their reconciles: kopf's own pool for sync handlers (set at startup), so
-# change handlers and polls share one bound on threads.
+# The operator's own Jobs, DaemonSets, pods, cache and progress ConfigMaps and refusals
+# (operator/informer.py), from startup on
+OWN: OwnWatch | None = None
+# Where the jobs' reconciles run: a pool of their own, sized for I/O-bound waits (a burst of
+# wake-ups must not queue behind kopf's 8 handler threads, which the budget loops use).
+RECONCILES = concurrent.futures.ThreadPoolExecutor(
+    max_workers=SETTINGS.reconcile_workers, thread_name_prefix="reconcile")
+# Where a reconcile's creates after its record go (reconcile.py): as many as reconciles.
+FOLLOWUPS = concurrent.futures.ThreadPoolExecutor(
+    max_workers=SETTINGS.reconcile_workers, thread_name_prefix="followup")
+# kopf's own pool for sync handlers (set at startup): the budget loops run there.
 _executor: concurrent.futures.Executor | None = None
+if SETTINGS.decision_log:
+    decisions.set_log(Path(SETTINGS.decision_log))
 
 
 def _job_lock(uid: str) -> threading.Lock:
@@ -71,8 +92,26 @@ def reconciler() -> Reconciler:
     global _reconciler
     with _lock:
         if _reconciler is None:
-            _reconciler = Reconciler(KubeClient.connect(), SETTINGS)
+            cfg = load_configuration()
+            # A connection per reconcile thread, the deleters and the Event posters: a pool
+            # smaller than the threads opens (and TLS-handshakes) a connection per request.
+            cfg.connection_pool_maxsize = 2 * SETTINGS.reconcile_workers + 16
+            _reconciler = Reconciler(CountingClient(cfg), SETTINGS)
+            _reconciler.followups = FOLLOWUPS
         return _reconciler
+
+
+def poster(kube: KubeClient | None = None) -> EventPoster:
+    """One Event poster per operator process, on the reconciles' client (or `kube`, the
+    first time: a test's reconciler)."""
+    global _poster
+    if _poster is None and kube is None:
+        kube = reconciler().kube  # before the lock: reconciler() takes it too
+    with _lock:
+        if _poster is None:
+            assert kube is not None
+            _poster = EventPoster(kube)
+        return _poster
 
 
 class _QuietPolls(logging.Filter):
@@ -86,8 +125,7 @@ class _QuietPolls(logging.Filter):
 
 
 _ROUTINE = ("Handler 'forget' succeeded", "Handler 'wake-budgets' succeeded",
-            "Handler 'budget-edited' succeeded",
-            "Handler 'wake-on-cache' succeeded", "Handler 'wake-on-job' succeeded")
+            "Handler 'budget-edited' succeeded")
 
 
 logging.getLogger("kopf.objects").addFilter(_QuietPolls())
@@ -152,12 +190,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="edgetrain.io", key="last-handled-configuration"
     )
-    # Server-side filters of the index watches: only the operator's own objects and the Jetson
-    # nodes travel to the operator (the handlers' label filters narrow them further).
-    managed = f"{mf.LABEL_MANAGED}={mf.MANAGER}"
-    settings.watching.label_selectors["configmaps"] = LABEL_CACHE
-    settings.watching.label_selectors["jobs"] = managed
-    settings.watching.label_selectors["daemonsets"] = managed
     if SETTINGS.peering:
         settings.peering.name = SETTINGS.peering
         settings.peering.mandatory = True
@@ -171,14 +203,22 @@ def watch_fleet(**_: Any) -> None:
     log.info("fleet: %d Jetson node(s) listed", len(FLEET))
 
 
+# How long start-up waits for the first lists of the operator's own objects.
+OWN_LIST_TIMEOUT_S = 120.0
+
+
 @kopf.on.startup()
-def watch_training(**_: Any) -> None:
-    """Training Jobs, their pods and progress ConfigMaps, watched so that a training job's poll
-    reads nothing while they show them. Not waited for: until listed, ticks read by name. A
-    training Job that finishes wakes its job from here, once this view has its outcome."""
-    global TRAINING
-    TRAINING = TrainingWatch(KubeClient.connect(), SETTINGS.namespaces,
-                             on_job_done=WAKEUPS.job_changed_threadsafe).start()
+def watch_own(**_: Any) -> None:
+    """The operator's own Jobs, DaemonSets, pods, ConfigMaps and refusals, listed before the
+    first job is handled (a reconcile on an empty view would start what exists) and watched
+    from then on; their events wake the jobs (`_on_own`)."""
+    global OWN
+    OWN = OwnWatch(KubeClient.connect(), SETTINGS.namespaces, on_event=_on_own).start()
+    reconciler().cached = OWN.cached
+    if not OWN.listed(OWN_LIST_TIMEOUT_S):
+        log.warning("the operator's objects not listed within %.0f s; jobs read them by name",
+                    OWN_LIST_TIMEOUT_S)
+    log.info("watching the operator's objects: %s", OWN.sizes())
 
 
 @kopf.on.cleanup()
@@ -186,22 +226,74 @@ def unwatch_fleet(**_: Any) -> None:
     """Stop the watches with the operator."""
     if FLEET is not None:
         FLEET.stop()
-    if TRAINING is not None:
-        TRAINING.stop()
+    if OWN is not None:
+        OWN.stop()
 
 
 def _indexes(kwargs: dict[str, Any]) -> Indexes:
-    """The kopf indexes among a handler's kwargs (kopf names them after their functions)."""
+    """What a reconcile reads without requests: the watches and the kopf indexes among a
+    handler's kwargs (kopf names them after their functions)."""
+    own = OWN
     return Indexes(
         nodes=FLEET if FLEET is not None else {},
-        training=kwargs.get("edgetrain_training", {}),
-        cache=kwargs.get("edgetrain_cache", {}),
-        estimators=kwargs.get("edgetrain_estimators", {}),
-        profilers=kwargs.get("edgetrain_profilers", {}),
+        training=own.training if own is not None else {},
+        cache=own.cache if own is not None else {},
+        estimators=own.estimators if own is not None else {},
+        profilers=own.profilers if own is not None else {},
         budgets=kwargs.get("edgetrain_budgets", {}),
         budget_jobs=kwargs.get("edgetrain_budget_jobs", {}),
-        training_objects=TRAINING,
+        own=own,
     )
+
+
+# --- wake-ups from the operator's own watches ---------------------------------------------
+
+
+def present(namespace: str, name: str) -> bool:
+    """A cache ConfigMap the job may wait for is there; an estimate's parts only once every
+    run's part is in (one wake-up at the last part, not one per part)."""
+    own = OWN
+    informer = own.informer("cache", namespace) if own is not None else None
+    obj = informer.get(namespace, name) if informer is not None else None
+    if obj is None:
+        return False
+    if (obj["metadata"].get("labels") or {}).get(LABEL_CACHE) != em.PARTS_CACHE:
+        return True
+    jobs = own.informer("jobs", namespace) if own is not None else None
+    job = jobs.get(namespace, name.removesuffix("-parts")) if jobs is not None else None
+    return job is not None and parts_complete(obj.get("data") or {}, job)
+
+
+def _ended(job: Obj | None) -> bool:
+    return job is not None and (job_finished(job)
+                                or bool(job["metadata"].get("deletionTimestamp")))
+
+
+def _on_own(kind: str, plural: str, obj: Obj, at: float, old: Obj | None) -> None:
+    """An event of the operator's own objects (in a watch thread): a Job that finished (or
+    went) wakes its job, once; a cache ConfigMap written wakes the jobs it completes a wait
+    of."""
+    meta = obj["metadata"]
+    ns = str(meta.get("namespace") or "")
+    if plural == "jobs":
+        owner = mf.controller_uid(obj)
+        if owner and (kind == "DELETED" or _ended(obj)) and not _ended(old):
+            WAKEUPS.job_changed((ns, owner), "job", at)
+    elif plural == "cache" and kind != "DELETED":
+        WAKEUPS.configmap_changed(ns, str(meta["name"]), present, at)
+
+
+def _producing(ns: str, uid: str) -> list[str]:
+    """The profile ConfigMaps the job's own DaemonSets make (their publication wakes it early:
+    the DaemonSet is then deleted, freeing the node)."""
+    own = OWN
+    if own is None:
+        return []
+    return [mf.profile_configmap_name(key) for ds in own.daemonsets_of(ns, uid).values()
+            if (key := (ds["metadata"].get("labels") or {}).get(LABEL_CACHE_KEY))]
+
+
+# --- the status write -----------------------------------------------------------------------
 
 
 # A reconcile whose power write meets a newer job reads it again and decides again, this often.
@@ -240,9 +332,17 @@ def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) 
     meta = obj["metadata"]
     ns, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
     with _job_lock(uid):
+        _await_followup(uid)
+        with _lock:
+            ended = uid in _finals
+        if ended:  # seen final here: a reconcile from an older body must not act again
+            return Step(parse_status(obj.get("status")))
         for _ in range(CONFLICT_RETRIES):
             try:
-                return _reconcile_once(rec, obj, indexes, ns, name, uid)
+                step = _reconcile_once(rec, obj, indexes, ns, name, uid)
+                if step.followup is not None:
+                    _followup(uid, ns, step.followup)
+                return step
             except Conflict:
                 fresh = rec.kube.get_or_none(api_path(API_VERSION, PLURAL, ns, name))
                 if fresh is None:
@@ -252,73 +352,165 @@ def reconcile_and_write(rec: Reconciler, obj: dict[str, Any], indexes: Indexes) 
         return Step(parse_status(obj.get("status")))
 
 
+# uid → the writes after a job's last record, still being sent (`Reconciler.followups`)
+_followups: dict[str, concurrent.futures.Future[None]] = {}
+
+
+def _followup(uid: str, ns: str, future: concurrent.futures.Future[None]) -> None:
+    """Keep the job's follow-up writes until its next reconcile; one that fails is logged and
+    wakes the job (it decides again: what was not made is made)."""
+    with _lock:
+        _followups[uid] = future
+
+    def done(f: concurrent.futures.Future[None]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            log.warning("%s (uid %s): writes after the status failed: %s; deciding again", ns,
+                        uid, fit_string(str(exc), 500))
+            WAKEUPS.job_changed((ns, uid), "retry")
+
+    future.add_done_callback(done)
+
+
+def _await_followup(uid: str) -> None:
+    """Wait until the job's last follow-up writes are sent (its world then shows them)."""
+    with _lock:
+        future = _followups.pop(uid, None)
+    if future is not None:
+        concurrent.futures.wait([future])
+
+
+def _remember(uid: str, replaced: dict[str, Any], new: dict[str, Any]) -> None:
+    """A status write was accepted: `new` replaced `replaced` (and what was remembered)."""
+    with _lock:
+        prev = _written.get(uid)
+        older = () if prev is None else (*prev[0], prev[1])
+        _written[uid] = ((*older, replaced)[-MEMO_DEPTH:], new)
+
+
+def _job_meta(ns: str, name: str, uid: str) -> Obj:
+    return {"metadata": {"name": name, "namespace": ns, "uid": uid}}
+
+
 def _reconcile_once(rec: Reconciler, obj: dict[str, Any], indexes: Indexes, ns: str, name: str,
                     uid: str) -> Step:
     memo = _written.get(uid)
-    if memo is not None and _ours(obj.get("status") or {}) == memo[0]:
+    if memo is not None and _ours(obj.get("status") or {}) in memo[0]:
         obj = {**obj, "status": memo[1]}
     before = _ours(obj.get("status") or {})
     stored, version = before, str(obj["metadata"].get("resourceVersion") or "")
+    events = poster(rec.kube)
+    if uid not in _seen:
+        # First sight in this process: post what the stored ledger holds (409 where it was).
+        _seen.add(uid)
+        events.submit(_job_meta(ns, name, uid), parse_status(before).pending_events)
 
-    def commit(status: PowerAwareTrainingJobStatus) -> bool:
+    def with_ledger(status: PowerAwareTrainingJobStatus, new: list[PendingEvent],
+                    ) -> PowerAwareTrainingJobStatus:
+        held = parse_status(stored).pending_events
+        return status.model_copy(update={"pending_events": ev.ledger(
+            held, new, events.posted(uid))})
+
+    def write(status: PowerAwareTrainingJobStatus, guard: str | None,
+              entries: bool = False) -> bool:
         nonlocal stored, version
         new = status.wire()
         changed = merge_diff(stored, new)
+        if list(changed) == ["pendingEvents"] and not entries:
+            return True  # only posted entries to drop: they go with the next write
         if changed:
-            try:
-                written = write_status(rec.kube, ns, name, changed, version)
-            except Conflict:
-                return False
+            written = write_status(rec.kube, ns, name, changed, guard)
             if written is None:
                 return False
+            _remember(uid, stored, new)
             stored, version = new, written
-            _written[uid] = (before, new)
         return True
 
-    # Where a site budget exists, every write is on the version read: a stale body's write
-    # must not drop or mix a share (one that drops `powerShare` lifts the job's cap).
+    def commit(status: PowerAwareTrainingJobStatus) -> bool:
+        try:
+            return write(with_ledger(status, []), version)
+        except Conflict:
+            return False
+
+    def store(status: PowerAwareTrainingJobStatus, keyed: list[Any]) -> bool:
+        entries = ev.pending(keyed)
+        if not write(with_ledger(status, entries), None, bool(entries)):
+            return False
+        events.submit(_job_meta(ns, name, uid), entries)  # after the write that implies them
+        return True
+
+    # Where a site budget exists, every write is on the version read (a stale body's write
+    # must not drop or mix a share: one that drops `powerShare` lifts the job's cap), and the
+    # writes keep the order decided (reconcile.py).
     budgeted = "powerShare" in before or len(indexes.budgets) > 0
+    if not budgeted:
+        step = rec.reconcile(obj, indexes, store=store)
+        step.status = with_ledger(step.status, [])
+        return step
     step = rec.reconcile(obj, indexes, commit=commit)
     if step.conflict:
         raise Conflict(f"{ns}/{name}")
-    new = step.status.wire()  # no nulls: what the API server will store
-    changed = merge_diff(stored, new)
-    guard = version if budgeted or "powerShare" in new else None
-    if changed and write_status(rec.kube, ns, name, changed, guard) is not None:
-        _written[uid] = (before, new)
+    final = with_ledger(step.status, [])
+    guard = version if budgeted or final.power_share is not None else None
+    if step.phase_changed:
+        decisions.decisive()
+    write(final, guard)
+    step.status = final
     return step
 
 
-def _run(body: kopf.Body, kwargs: dict[str, Any]) -> None:
+def _run(body: kopf.Body, kwargs: dict[str, Any],
+         woke: tuple[float, str] | None = None) -> None:
     started = time.perf_counter()
     obj = {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
     obj["metadata"]["namespace"] = body.metadata.namespace
-    ns, name = body.metadata.namespace, body.metadata.name
-    step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
-    WAKEUPS.await_configmaps(job_key(body.metadata), awaited_configmaps(step.status, name))
+    ns, name = str(body.metadata.namespace), str(body.metadata.name)
+    uid = str(body.metadata.uid)
+    job = job_key(body.metadata)
+    at, cause = woke if woke is not None else (time.monotonic(), "poll")
+    decisions.begin(f"{ns}/{name}", cause, at)
+    now = parse_status(obj["status"])
+    # What the job waits for is registered before its world is read: an input that lands
+    # while it reads wakes it again (wake.py).
+    WAKEUPS.await_groups(job, wake_groups(now, name, _producing(ns, uid)))
+    step = Step(now)
+    try:
+        step = reconcile_and_write(reconciler(), obj, _indexes(kwargs))
+    finally:
+        record = decisions.end(now.phase.value, step.status.phase.value)
+    if WAKEUPS.await_groups(job, wake_groups(step.status, name, _producing(ns, uid))) and \
+            WAKEUPS.ready(job, present):
+        WAKEUPS.job_changed(job, "ready")  # what it now waits for landed while it decided
     for event in step.events:
-        if event.key is None:  # keyed Events were posted before the status write (world.py)
+        if event.key is None:  # keyed Events go through the ledger and the poster (events.py)
             # Events take at most 1024 characters; fit_string keeps the end (the last lines).
             kopf.event(body, type=event.type, reason=event.reason,
                        message=fit_string(event.message, 1000))
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(level, "%s/%s %s: %s", ns, name, event.reason, event.message)
     elapsed = time.perf_counter() - started
-    stats_log.debug("reconcile %s/%s phase=%s %.1f ms (memory for %d jobs)", ns, name,
-                    step.status.phase.value, elapsed * 1000, memory_size())
+    stats_log.debug("reconcile %s/%s phase=%s %.1f ms (memory for %d jobs; %s)", ns, name,
+                    step.status.phase.value, elapsed * 1000, memory_size(), record)
 
 
 def forget(uid: str) -> None:
-    """Release what the operator keeps per job (its status memo and its lock)."""
+    """Release what the operator keeps per job (its status memo, its lock, its Events)."""
     with _lock:
+        if uid in _seen:  # it ended here: its ledger was submitted by its last reconcile
+            _finals.setdefault(uid, time.monotonic())
         _written.pop(uid, None)
         _job_locks.pop(uid, None)
+        _followups.pop(uid, None)
+        _seen.discard(uid)
+        poster_ = _poster
+    if poster_ is not None:
+        poster_.forget(uid)
 
 
 def memory_size() -> int:
     """Jobs the operator keeps memory for (tests, and the stats log)."""
     with _lock:
-        return len(_written.keys() | _job_locks.keys())
+        return len(_written.keys() | _job_locks.keys() | _seen)
 
 
 def merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -353,143 +545,114 @@ def _final(body: kopf.Body) -> bool:
     return phase in (Phase.succeeded.value, Phase.failed.value)
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL, id="create", backoff=SETTINGS.poll_interval_s)
-def on_create(body: kopf.Body, **kwargs: Any) -> None:
-    """A new job: start it (Pending → EstimatingEfficiency)."""
-    _run(body, kwargs)
+# --- the job's loop: created, resumed, woken, polled -----------------------------------------
+
+# job → the newest body kopf delivered (the loop reconciles from it); job → its loop's task
+_bodies: dict[JobKey, kopf.Body] = {}
+_loops: dict[JobKey, asyncio.Task[None]] = {}
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, id="resume", backoff=SETTINGS.poll_interval_s)
-def on_resume(body: kopf.Body, **kwargs: Any) -> None:
-    """The operator restarted: pick up where the status says."""
-    if not _final(body):
-        _run(body, kwargs)
-
-
-@kopf.on.update(
-    GROUP, VERSION, PLURAL, field="spec.powerLimitWatts", id="power-limit",
-    backoff=SETTINGS.poll_interval_s,
-)
-def on_power_limit(body: kopf.Body, old: Any, new: Any, **kwargs: Any) -> None:
-    """The power limit changed: a training job re-plans at once."""
-    log.info("%s/%s power limit %s → %s W", body.metadata.namespace, body.metadata.name, old, new)
-    if not _final(body):
-        _run(body, kwargs)
-
-
-@kopf.daemon(
-    GROUP, VERSION, PLURAL, id="poll", cancellation_backoff=1.0, cancellation_timeout=1.0,
-    when=lambda body, **_: not _final(body),
-)
-async def poll(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
-    """Reconcile the job when an input it waits for lands (`wake.py`), else every poll
-    interval (what no watch reports: pods, nodes, deadlines). The body is kopf's live view."""
-    job = job_key(body.metadata)
+async def _job_loop(job: JobKey, kwargs: dict[str, Any]) -> None:
+    """A job's loop, from the moment kopf first delivers it (created, or found at start-up)
+    until it is final or deleted: a reconcile at once, then one whenever an input it waits for
+    lands (`wake.py`), else every poll interval (what no watch reports: pods, nodes,
+    deadlines). Reconciles run on their own pool (`RECONCILES`). A plain task, not a kopf
+    daemon: a daemon needs a finalizer on every job (two PATCHes, and their events, per job)."""
     wake = WAKEUPS.register(job)
     loop = asyncio.get_running_loop()
+    woke: tuple[float, str] | None = (time.monotonic(), "start")
     try:
-        while not stopped and not _final(body):
-            await sleep_or_wake(wake, SETTINGS.poll_interval_s)
-            if stopped or _final(body):
+        while True:
+            if woke is None:
+                timed_out = not await sleep_or_wake(wake, SETTINGS.poll_interval_s)
+                woke = WAKEUPS.take(job)
+                if woke is None or timed_out:
+                    woke = woke or (time.monotonic(), "poll")
+            body = _bodies.get(job)
+            if body is None or _final(body):
                 break
             # kopf.event() reads kopf's context variables: the thread runs in this task's copy.
             context = contextvars.copy_context()
             await loop.run_in_executor(
-                _executor, functools.partial(context.run, _run_logged, body, kwargs))
+                RECONCILES, functools.partial(context.run, _run_logged, body, kwargs, woke))
+            woke = None
     finally:
         WAKEUPS.unregister(job)
+        if _loops.get(job) is asyncio.current_task():
+            del _loops[job]
 
 
-def _run_logged(body: kopf.Body, kwargs: dict[str, Any]) -> None:
-    """A poll's reconcile: an error is logged and the next poll tries again (a timer's
-    failure would have been kopf's to log and retry)."""
+@kopf.on.cleanup()
+async def stop_job_loops(**_: Any) -> None:
+    """Stop the jobs' loops with the operator."""
+    for task in list(_loops.values()):
+        task.cancel()
+
+
+def _run_logged(body: kopf.Body, kwargs: dict[str, Any], woke: tuple[float, str]) -> None:
+    """A loop's reconcile: an error is logged and the next wake-up or poll tries again."""
     try:
-        _run(body, kwargs)
+        _run(body, kwargs, woke)
     except Exception:
         log.exception("%s/%s: reconcile failed; retrying on the next poll",
                       body.metadata.namespace, body.metadata.name)
 
 
+# A final job's ledger is posted by a new replica only this long after it finished (the API
+# server keeps Events an hour by default: an older one may be gone, and posting it again would
+# announce an old transition as new).
+FINAL_LEDGER_S = 3600.0
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL, id="forget")
-async def on_event(type: str, body: kopf.Body, **_: Any) -> None:
-    """A deleted or finished job needs no memory any more: release it (an operator watching a
-    fleet for months must not grow with every job it ever saw)."""
+async def on_event(type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """Every event of a job: the first starts its loop (`_job_loop`), each keeps the body the
+    loop reconciles from, a changed spec (a new generation not yet observed: the power limit)
+    wakes it at once. A deleted or finished job needs no memory any more: release it (an
+    operator watching a fleet for months must not grow with every job it ever saw)."""
+    uid = str(body.metadata.uid)
+    job = job_key(body.metadata)
     if type == "DELETED" or _final(body):
-        forget(str(body.metadata.uid))
-        # Its poll loop may sleep for a whole interval: wake it so that it ends by itself.
-        WAKEUPS.job_changed(job_key(body.metadata))
+        if type != "DELETED" and uid not in _seen and _first_final(uid):
+            _post_final_ledger(body)
+        forget(uid)
+        _bodies.pop(job, None)
+        # Its loop may sleep for a whole interval: wake it so that it ends by itself.
+        WAKEUPS.job_changed(job, "final")
+        return
+    _bodies[job] = body
+    if job not in _loops:
+        _loops[job] = asyncio.create_task(_job_loop(job, kwargs), name=f"job {job}")
+        return
+    status = body.get("status") or {}
+    generation = body.metadata.get("generation")
+    if generation is not None and status.get("observedGeneration") not in (None, generation):
+        WAKEUPS.job_changed(job, "spec")
 
 
-# --- wake-ups: inputs landing, seen by the index watches (no extra watch) ---------------------
+# Final jobs this process has seen (uid → when), so that each one's ledger is looked at once;
+# entries older than FINAL_LEDGER_S are dropped.
+_finals: dict[str, float] = {}
 
 
-@kopf.on.event("configmaps", labels={LABEL_CACHE: kopf.PRESENT}, id="wake-on-cache")
-async def wake_on_cache(namespace: str | None, name: str | None, type: str | None,
-                        **_: Any) -> None:
-    """A cache ConfigMap written: wake the jobs waiting for it (after kopf indexed it, so the
-    woken reconcile sees it)."""
-    if type != "DELETED":
-        WAKEUPS.configmap_changed(namespace or "", name or "")
+def _first_final(uid: str) -> bool:
+    """Whether this process sees the final job for the first time (and remember it)."""
+    now = time.monotonic()
+    with _lock:
+        if uid in _finals:
+            return False
+        if len(_finals) > 4096:
+            for old in [u for u, t in _finals.items() if now - t > FINAL_LEDGER_S]:
+                del _finals[old]
+        _finals[uid] = now
+        return True
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="wake-on-job")
-async def wake_on_job(body: kopf.Body, **_: Any) -> None:
-    """One of a job's Jobs finished (or failed): wake the job that owns it."""
-    owner = owner_key(body)
-    if _done(body) and owner is not None:
-        WAKEUPS.job_changed(owner)
-
-
-# --- indexes: the cluster-wide facts a reconcile reads, kept current by watches ---------------
-
-
-def _done(body: kopf.Body) -> bool:
-    # Not the first succeeded pod: an Indexed estimate Job runs on after each completion.
-    job = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
-    return job_finished(job) or bool(body.metadata.get("deletionTimestamp"))
-
-
-@kopf.index("batch", "v1", "jobs", labels={LABEL_PHASE: "train"})
-async def edgetrain_training(
-    body: kopf.Body, namespace: str | None, name: str, **_: Any
-) -> dict[str, str]:
-    """Unfinished training Jobs by the node they are pinned to (Jobs exist before their pods
-    are scheduled, so a Job counts from its creation)."""
-    if _done(body):
-        return {}
-    pod = body.get("spec", {}).get("template", {}).get("spec", {})
-    node = (pod.get("nodeSelector") or {}).get("kubernetes.io/hostname")
-    return {node: f"{namespace}/{name}"} if node else {}
-
-
-@kopf.index("configmaps", labels={LABEL_CACHE: kopf.PRESENT})
-async def edgetrain_cache(
-    body: kopf.Body, namespace: str | None, name: str, **_: Any
-) -> dict[tuple[str, str], dict[str, str]]:
-    """Cache ConfigMaps (efficiency vectors, profiles) by (namespace, name): their data."""
-    return {(namespace or "", name): dict(body.get("data") or {})}
-
-
-def _producer(body: kopf.Body, namespace: str | None, name: str, what: str,
-              ) -> dict[tuple[str, str], Producer]:
-    if _done(body):
-        return {}
-    labels = body.metadata.labels
-    return {(namespace or "", labels[LABEL_CACHE_KEY]): Producer(mf.controller_uid(body) or "",
-                                                          f"{what} {name}")}
-
-
-@kopf.index("batch", "v1", "jobs", labels={LABEL_CACHE_KEY: kopf.PRESENT})
-async def edgetrain_estimators(
-    body: kopf.Body, namespace: str | None, name: str, **_: Any
-) -> dict[tuple[str, str], Producer]:
-    """Estimate Jobs still running, by (namespace, cache key)."""
-    return _producer(body, namespace, name, "job")
-
-
-@kopf.index("apps", "v1", "daemonsets", labels={LABEL_CACHE_KEY: kopf.PRESENT})
-async def edgetrain_profilers(
-    body: kopf.Body, namespace: str | None, name: str, **_: Any
-) -> dict[tuple[str, str], Producer]:
-    """Profiling DaemonSets, by (namespace, cache key)."""
-    return _producer(body, namespace, name, "daemonset")
+def _post_final_ledger(body: kopf.Body) -> None:
+    """A job found final by a new replica: post its ledger if it finished recently."""
+    status = parse_status(dict(body.status))
+    finished = unix_seconds(status.finished_at)
+    if status.pending_events and finished is not None and \
+            time.time() - finished < FINAL_LEDGER_S:
+        poster().submit(_job_meta(str(body.metadata.namespace), str(body.metadata.name),
+                                  str(body.metadata.uid)), status.pending_events)

@@ -71,6 +71,12 @@ def owner_reference(patj: Obj) -> Obj:
     }
 
 
+def owner_argument(patj: Obj) -> str:
+    """The job as `edgetrain worker --owner` takes it (API_VERSION:KIND:NAME:UID)."""
+    meta = patj["metadata"]
+    return f"{API_VERSION}:{KIND}:{meta['name']}:{meta['uid']}"
+
+
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
     """The uid of the object's controller (for what the operator creates: its job's uid)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
@@ -218,6 +224,8 @@ def _worker_args(
     publish: str | None = None,
     files: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    apply_as: str | None = None,
+    owner: str | None = None,
     progress: str | None = None,
     hold: bool = False,
     inject: str | None = None,
@@ -232,6 +240,10 @@ def _worker_args(
         args += ["--file", f"{key}={path}"]
     for key, value in (labels or {}).items():
         args += ["--label", f"{key}={value}"]
+    if apply_as:
+        args += ["--apply-as", apply_as]
+    if owner:
+        args += ["--owner", owner]
     if progress:
         args += ["--progress", progress]
     if hold:

@@ -63,6 +63,18 @@ class OperatorSettings(BaseModel):
         description="fallback reconcile period per running job; inputs landing wake a job at"
         " once, the poll catches what no watch reports (pods, nodes, deadlines, progress)",
     )
+    reconcile_workers: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=32,
+        description="threads that run the jobs' reconciles, apart from kopf's handler threads:"
+        " a reconcile mostly waits on the API server, so a burst of wake-ups (one profile"
+        " ConfigMap wakes every job that waits for it) should not queue behind a few",
+    )
+    decision_log: str | None = Field(
+        default=None,
+        description="a file the operator appends one JSON line to per reconcile (queue wait,"
+        " time to its first decisive write, requests in a row, CPU); `edgetrain bench"
+        " operator` sets it; none: no log",
+    )
     no_node_grace_s: Annotated[float, Field(ge=0)] = Field(
         default=300.0,
         description="how long a job waits for a Ready node matching its placement before it"
@@ -207,6 +219,7 @@ def _parse(name: str, text: str) -> Any:
         "peering",
         "jetson_runtime_class",
         "leader_election_namespace",
+        "decision_log",
     ):
         return None
     return text

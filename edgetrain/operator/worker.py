@@ -86,6 +86,48 @@ def add_to_configmap(
                        f" {ADD_CONFLICT_RETRIES} attempts to add {sorted(data)}")
 
 
+def parse_owner(text: str) -> dict[str, Any]:
+    """`API_VERSION:KIND:NAME:UID` (what `--owner` takes) as a controller ownerReference (no
+    blockOwnerDeletion: setting it needs rights on the owner a worker does not have)."""
+    parts = text.split(":")
+    if len(parts) != 4 or not all(parts):
+        raise ValueError(f"--owner {text!r}: expected API_VERSION:KIND:NAME:UID")
+    api_version, kind, name, uid = parts
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+            "controller": True}
+
+
+def apply_to_configmap(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    manager: str,
+    labels: dict[str, str] | None = None,
+    owner: dict[str, Any] | None = None,
+) -> list[str]:
+    """Server-side apply of `data` as field manager `manager`: one request, no read, creating
+    the ConfigMap if it is missing. Writers that apply other keys (each its own manager) never
+    conflict, so parts that land together cost one request each; the keys applied."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+    client.patch(api_path("v1", "configmaps", namespace, name), body, "apply",
+                 fieldManager=manager, force=True)
+    return sorted(data)
+
+
+def publish_files(client: KubeClient, namespace: str, name: str, data: dict[str, str],
+                  labels: dict[str, str] | None = None, apply_as: str | None = None,
+                  owner: dict[str, Any] | None = None) -> list[str]:
+    """Publish a workload's files: applied as `apply_as` (an estimate's part), else added to
+    the ConfigMap where missing (a cache entry: the first value wins); the keys written."""
+    if apply_as:
+        return apply_to_configmap(client, namespace, name, data, apply_as, labels, owner)
+    return add_to_configmap(client, namespace, name, data, labels)
+
+
 def carry_weights(from_dir: Path, to_file: Path) -> bool:
     """Model weights of the checkpoint in `from_dir` as a weights file (once); True if present."""
     if to_file.is_file():
@@ -313,6 +355,8 @@ def run_worker(
     publish: str | None = None,
     files: dict[str, Path] | None = None,
     labels: dict[str, str] | None = None,
+    apply_as: str | None = None,
+    owner: dict[str, Any] | None = None,
     progress: str | None = None,
     progress_interval_s: float = 1.0,
     hold: bool = False,
@@ -411,7 +455,8 @@ def run_worker(
         added: list[str] = []
 
         def add() -> None:
-            added[:] = add_to_configmap(client_, namespace, publish, data, labels)
+            added[:] = publish_files(client_, namespace, publish, data, labels, apply_as,
+                                     owner)
 
         retry_api(add, f"publishing configmap {publish}")
         kept = sorted(set(data) - set(added))

@@ -97,6 +97,10 @@ class Delete:
     namespace: str
     name: str
     foreground: bool = False
+    # Decided on the watches' view, a delete is taken again on fresh reads first (they trail
+    # the API server); False where what decides it cannot be late news (a published profile:
+    # cache entries never change under their name).
+    confirm: bool = True
 
 
 @dataclass(frozen=True)

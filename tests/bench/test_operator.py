@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,16 +13,28 @@ from edgetrain.api.efficiency import EfficiencyPart
 from edgetrain.api.job import PowerAwareTrainingJobSpec
 from edgetrain.api.keys import ANNOTATION_BENCH_DONE
 from edgetrain.bench.operator import (
+    TTL_ANNOTATION,
     JobTrack,
     Tracker,
+    _registered,
     decisions,
     estimate_phase_s,
     job_manifest,
     latency_stats,
     node_counts,
+    seen_decisions,
 )
-from edgetrain.bench.operator_fleet import OPERATOR_USER, bench_stages, read_audit
+from edgetrain.bench.operator_figures import operator_figures
+from edgetrain.bench.operator_fleet import (
+    OPERATOR_USER,
+    LeaseLapses,
+    bench_stages,
+    kcm_grace_args,
+    kwok_configuration,
+    read_audit,
+)
 from edgetrain.bench.operator_worker import part_json, pod_env, worker_args
+from edgetrain.cluster.kwok import board_node
 from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator.settings import load_settings
 from tests.helpers import run_edgetrain
@@ -80,6 +93,9 @@ def test_a_run_of_the_indexed_estimate_publishes_its_part() -> None:
         "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
     args = worker_args(container["args"], pod_env(pod))
     assert (args.publish, args.files) == ("bench-00001-estimate-0-parts", ("part-3.json",))
+    # Applied as the run's own field manager, owned by the job: one request, no conflict.
+    assert args.apply_as == "edgetrain-part-3"
+    assert args.owner == "edgetrain.io/v1alpha1:PowerAwareTrainingJob:bench-00001:u-1"
     part = EfficiencyPart.model_validate_json(part_json(spec, args))
     # Runs in order (16, 0), (16, 1), (64, 0), (64, 1): completion 3 is b=64, seed 1.
     assert (part.tag, part.index, part.batch_size, part.seed) == ("k/j-9", 3, 64, 1)
@@ -142,9 +158,11 @@ def test_latency_stats_and_node_counts() -> None:
 def test_audit_counts_each_request_of_the_operator_once(tmp_path: Path) -> None:
     def event(audit_id: str, verb: str, resource: str, stamp: str, user: str = OPERATOR_USER,
               stage: str = "ResponseComplete", code: int = 200) -> str:
+        done = stamp.replace("000000Z", "250000Z")  # each answered in 0.25 s
         return json.dumps({"auditID": audit_id, "stage": stage, "verb": verb,
                            "user": {"username": user}, "objectRef": {"resource": resource},
-                           "requestReceivedTimestamp": stamp, "responseStatus": {"code": code}})
+                           "requestReceivedTimestamp": stamp, "stageTimestamp": done,
+                           "responseStatus": {"code": code}})
 
     lines = [
         event("1", "list", "nodes", "2026-01-01T00:00:01.000000Z"),
@@ -163,6 +181,73 @@ def test_audit_counts_each_request_of_the_operator_once(tmp_path: Path) -> None:
     assert got.status_codes == {"200": 2, "404": 1}
     assert got.by_verb_resource == {"list nodes": 1, "watch pods": 1, "get configmaps": 1}
     assert got.mean_per_s == pytest.approx(0.3) and got.peak_per_s == pytest.approx(0.3)
+    # The API server's own time per request, watches left out (they last their whole watch).
+    assert got.round_trip_p50_s == pytest.approx(0.25)
+
+
+def test_the_watch_clock_starts_when_the_bench_sees_the_input() -> None:
+    """Both ends are watch deliveries: the job seen, its estimate's parts seen complete, its
+    last profile seen; the vector is the operator's own write, never an input."""
+    tracker = Tracker(["bench-00000"], runs=2)
+    tracker.on_job("ADDED", {"metadata": {"name": "bench-00000"}, "status": {}}, 1.0)
+    tracker.on_configmap("MODIFIED", {"metadata": {"name": "bench-00000-estimate-0-parts"},
+                                      "data": {"part-0.json": "{}"}}, 5.0)
+    tracker.on_configmap("MODIFIED", {"metadata": {"name": "bench-00000-estimate-0-parts"},
+                                      "data": {"part-0.json": "{}", "part-1.json": "{}"}}, 6.0)
+    tracker.on_configmap("ADDED", {"metadata": {"name": "eff"}, "data": {"e": "1"}}, 6.5)
+    tracker.on_configmap("ADDED", {"metadata": {"name": "p1"}, "data": {"p": "1"}}, 9.0)
+    track = tracker.jobs["bench-00000"]
+    track.efficiency_cm, track.profile_cms = "eff", ["p1"]
+    track.phase_seen = {"EstimatingEfficiency": 1.4, "Profiling": 6.6, "Training": 9.5}
+    got = seen_decisions(track, tracker.seen)
+    assert got["start"] == pytest.approx(0.4) and got["efficiency"] == pytest.approx(0.6)
+    assert got["profiles"] == pytest.approx(0.5)
+
+
+def test_a_lease_renewed_later_than_its_duration_lapsed() -> None:
+    def lease(name: str, renewed: str, duration: int = 200) -> dict[str, Any]:
+        return {"metadata": {"name": name},
+                "spec": {"renewTime": renewed, "leaseDurationSeconds": duration}}
+
+    lapses = LeaseLapses()
+    lapses.on_lease("ADDED", lease("a", "2026-01-01T00:00:00.000000Z"))
+    lapses.on_lease("MODIFIED", lease("a", "2026-01-01T00:00:50.000000Z"))  # on time
+    lapses.on_lease("ADDED", lease("b", "2026-01-01T00:00:00.000000Z"))
+    lapses.on_lease("MODIFIED", lease("b", "2026-01-01T00:04:00.000000Z"))  # 240 s: lapsed
+    lapses.on_lease("ADDED", lease("c", "2026-01-01T00:00:00.000000Z"))  # never again
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    assert lapses.renewals == 2
+    assert lapses.lapsed(start, start + 245) == ["b", "c"]  # a renewed 195 s before the end
+    assert lapses.lapsed(start, start + 100) == []  # b's ended later; c not yet over
+
+
+def test_the_operator_figures_come_from_its_decision_log(tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    rows = [{"job": "ns/a", "cause": "start", "queue_s": 0.1, "decision_s": 0.3,
+             "serial_requests": 1, "requests": 2, "cpu_s": 0.004, "at": 100.0},
+            {"job": "ns/a", "cause": "configmap", "queue_s": 0.0, "decision_s": 0.2,
+             "serial_requests": 2, "requests": 3, "cpu_s": 0.006, "at": 101.0},
+            {"job": "ns/a", "cause": "poll", "queue_s": 0.0, "decision_s": None,
+             "serial_requests": None, "requests": 1, "cpu_s": 0.001, "at": 102.0},
+            {"job": "ns/b", "cause": "start", "queue_s": 0.0, "decision_s": 9.0,
+             "serial_requests": 9, "requests": 9, "cpu_s": 0.1, "at": 500.0}]  # after the end
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n{torn")
+    got = operator_figures(log, 99.0, 200.0)
+    assert (got.reconciles, got.decisions, got.idle_requests) == (3, 2, 1)
+    assert got.decision_s.max == pytest.approx(0.3) and got.serial_requests.max == 2
+    assert set(got.by_cause) == {"start", "configmap"}
+
+
+def test_the_fleet_is_registered_as_kubelets_leave_it() -> None:
+    doc = yaml.safe_load(kwok_configuration(200, 64))
+    assert doc["kind"] == "KwokConfiguration"
+    assert (doc["options"]["nodeLeaseDurationSeconds"], doc["options"]["nodeLeaseParallelism"]
+            ) == (200, 64)
+    assert "--node-monitor-grace-period=200s" in kcm_grace_args(200)
+    node = _registered(board_node("nano-00001", "jetson-nano"))
+    meta = node["metadata"]
+    assert TTL_ANNOTATION not in meta["annotations"]
+    assert meta["labels"]["beta.kubernetes.io/arch"] == meta["labels"]["kubernetes.io/arch"]
 
 
 @pytest.mark.cluster
@@ -177,7 +262,8 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert {"jobs_succeeded", "decision_p95_s", "operator_rss_mb", "api_requests_per_job",
-            "operator_cpu_s", "transitions", "control_plane"} <= set(result)
+            "operator_cpu_s", "transitions", "control_plane", "serial_requests_p95",
+            "operator_decision_p95_s", "lapsed_leases"} <= set(result)
     assert result["jobs_succeeded"] == 3, (result["phases_at_end"], result["failure_messages"],
                                            result["bench_errors"])
     assert result["bench_errors"] == []
@@ -188,6 +274,12 @@ def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
     assert result["transitions"]["start"]["count"] == 3
     assert result["transitions"]["training"]["count"] == 3
     assert result["decisions"] >= 9 and result["decision_p95_s"] is not None
+    # The operator's own figures, from its decision log; the fleet stayed healthy.
+    assert result["operator"]["decisions"] >= 12
+    assert result["serial_requests_p95"] is not None and result["serial_requests_p95"] <= 3
+    assert result["operator_decision_p95_s"] is not None
+    assert result["apiserver_round_trip_p50_s"] is not None
+    assert result["lapsed_leases"] == 0 and result["node_not_ready"] == 0
     assert result["api_requests"] > 0 and result["operator_rss_mb"] > 0
     # The idle fleet's baseline, and every client's requests: the operator's are among them.
     assert set(result["control_plane_idle"]) == set(result["control_plane"])

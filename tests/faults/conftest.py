@@ -188,8 +188,18 @@ class Fleet:
         items = self.kube.get(api_path("v1", "events", self.ns))["items"]
         return [e for e in items if e["involvedObject"].get("name") == name]
 
-    def reasons(self, name: str) -> list[str]:
-        return [e["reason"] for e in self.events(name) for _ in range(int(e.get("count") or 1))]
+    def reasons(self, name: str, expect: tuple[str, ...] = (),
+                timeout_s: float = 30.0) -> list[str]:
+        """The reasons of the object's Events (each as often as it was counted), once every
+        one of `expect` is among them or after `timeout_s`: the operator posts a job's keyed
+        Events after the write that decides, retried until they exist."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = [e["reason"] for e in self.events(name)
+                   for _ in range(int(e.get("count") or 1))]
+            if all(r in got for r in expect) or time.monotonic() > deadline:
+                return got
+            time.sleep(0.5)
 
     def resumed_from(self, name: str) -> int:
         """Where the last training segment started (the trainer's result, via the worker)."""

@@ -164,7 +164,8 @@ def test_three_jobs_share_a_nine_watt_site(
                          "re-planned under the lowered cap", operator, timeout_s=240)
         for n in names:
             if raised[n] > p_min + 0.05:
-                assert "PowerLimitChanged" in [r for r, _ in _events(kube, namespace, n)], n
+                assert "PowerLimitChanged" in [r for r, _ in _events(
+                    kube, namespace, n, ("PowerLimitChanged",))], n
         # 4. A cap that fits two: the youngest waits, naming the budget (b1, b2 are held).
         cap_to(round(max(2 * p_min + idle_per_node, site_idle_w) + 0.05, 3))
         waiting = _wait_status(kube, namespace, "b3",

@@ -101,7 +101,7 @@ def test_a_grant_plans_within_it_and_the_pod_carries_it() -> None:
     assert sel.batch_size == 64 and sel.gpu_frequency_hz == 384_000_000
     assert d.status.power_share is not None and d.status.power_share.watts == 4.5
     d = dc.decide(SPEC, d.status, w, SETTINGS)
-    (create,) = [a for a in d.actions if isinstance(a, wd.Create)]
+    (create,) = [a for a in d.actions if isinstance(a, wd.Create) and a.plural == "jobs"]
     annotations = create.body["spec"]["template"]["metadata"]["annotations"]
     assert annotations[ANNOTATION_POWER_LIMIT_WATTS] == "4.5"
 

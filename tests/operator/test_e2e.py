@@ -37,10 +37,20 @@ def _create(kube: KubeClient, ns: str, manifest: dict[str, Any]) -> str:
     return str(manifest["metadata"]["name"])
 
 
-def _events(kube: KubeClient, ns: str, name: str) -> list[tuple[str, str]]:
-    items = kube.get(api_path("v1", "events", ns))["items"]
-    return [(e["reason"], e.get("message", "")) for e in items
-            if e["involvedObject"].get("name") == name]
+def _events(kube: KubeClient, ns: str, name: str, expect: tuple[str, ...] = (),
+            timeout_s: float = 30.0) -> list[tuple[str, str]]:
+    """The job's Events, once every reason of `expect` is among them (or the timeout): the
+    operator posts its keyed Events after the write that decides (a moment after the status
+    shows it), retried until they exist."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = kube.get(api_path("v1", "events", ns))["items"]
+        got = [(e["reason"], e.get("message", "")) for e in items
+               if e["involvedObject"].get("name") == name]
+        reasons = {r for r, _ in got}
+        if all(r in reasons for r in expect) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
 
 
 def _jobs(kube: KubeClient, ns: str, phase: str, name: str) -> list[dict[str, Any]]:
@@ -118,7 +128,7 @@ def test_no_node_of_the_placement_fails_naming_what_exists(
                  "set spec.placement.nodeSelector"):
         assert part in status["message"], status["message"]
     assert _jobs(kube, namespace, "estimate", name) == []
-    events = dict(_events(kube, namespace, name))
+    events = dict(_events(kube, namespace, name, ("NoMatchingNode",)))
     assert "jetson-nano (" in events["NoMatchingNode"]
 
 
@@ -194,9 +204,10 @@ def test_job_succeeds_then_second_job_hits_the_cache(
     assert ns_labels["pod-security.kubernetes.io/enforce"] == "restricted"
     assert pod["spec"]["securityContext"]["runAsUser"] == 65532
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-    reasons = [r for r, _ in _events(kube, namespace, first)]
-    for reason in ("Started", "EfficiencyReady", "ProfilesReady", "Planned", "TrainingStarted",
-                   "TargetReached"):
+    expected = ("Started", "EfficiencyReady", "ProfilesReady", "Planned", "TrainingStarted",
+                "TargetReached")
+    reasons = [r for r, _ in _events(kube, namespace, first, expected)]
+    for reason in expected:
         assert reason in reasons, reasons
 
     # Same model, data and device model: estimation and profiling are skipped.
@@ -320,7 +331,8 @@ def test_estimate_retries_then_gives_up(
                        "estimation done after retries", operator, timeout_s=300)
     assert obj["status"]["attempts"]["estimate"] == 2
     assert len(_jobs(kube, namespace, "estimate", name)) == 3
-    failures = [m for r, m in _events(kube, namespace, name) if r == "EstimateFailed"]
+    failures = [m for r, m in _events(kube, namespace, name, ("EstimateFailed",))
+                if r == "EstimateFailed"]
     assert len(failures) == 2 and "injected" in failures[0]
     kube.delete(patj_path(namespace, name))
 
@@ -400,7 +412,7 @@ def test_power_limit_lowered_mid_training_replans(
     assert (after["gpuFrequencyHz"], after["batchSize"]) != (before["gpuFrequencyHz"],
                                                              before["batchSize"])
     assert status["training"]["segment"] == 1
-    reasons = [r for r, _ in _events(kube, namespace, name)]
+    reasons = [r for r, _ in _events(kube, namespace, name, ("PowerLimitChanged",))]
     assert "PowerLimitChanged" in reasons
     # The first Job was stopped and removed; the second resumed from its checkpoint.
     assert [j["metadata"]["name"] for j in _jobs(kube, namespace, "train", name)] == [
@@ -439,7 +451,7 @@ def test_node_lost_mid_training_resumes_elsewhere(
         assert status["phase"] == "Succeeded", status
         assert status["training"]["nodesLost"] == [lost]
         assert status["selection"]["node"] != lost
-        reasons = [r for r, _ in _events(kube, namespace, name)]
+        reasons = [r for r, _ in _events(kube, namespace, name, ("NodeLost",))]
         assert "NodeLost" in reasons
         jobs = _jobs(kube, namespace, "train", name)
         assert [j["metadata"]["name"] for j in jobs] == [f"{name}-train-2"]
@@ -475,5 +487,5 @@ def test_a_worker_refused_at_admission_says_why_then_fails(
     status = wait_phase(kube, namespace, name, DONE, 90, operator)["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "QuotaExceeded"), status
     assert "workerStartDeadlineSeconds is 20 s" in status["message"]
-    reasons = [r for r, _ in _events(kube, namespace, name)]
+    reasons = [r for r, _ in _events(kube, namespace, name, ("QuotaExceeded",))]
     assert reasons.count("QuotaExceeded") >= 1, reasons

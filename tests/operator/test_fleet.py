@@ -6,7 +6,7 @@ from typing import Any
 
 from edgetrain.kube import KubeClient
 from edgetrain.operator.fleet import FleetWatch
-from edgetrain.operator.reconcile import _all_values, _values
+from edgetrain.operator.gather import _all_values, _values
 
 
 def _node(name: str, model: str = "jetson-nano", ready: bool = True) -> dict[str, Any]:

@@ -118,3 +118,20 @@ def test_login_gives_the_same_token_back_when_none_comes(
     monkeypatch.setattr(handlers, "TOKEN_ROTATION_WAIT_S", 0.6)
     assert handlers.login().token == "token-a"
     assert handlers.login().token == "token-a"
+
+
+def test_a_body_several_writes_old_reads_as_the_newest_write() -> None:
+    """kopf may deliver a job's status a few writes late: a reconcile from any status our
+    writes replaced starts from the newest one (it would else repeat transitions, or write an
+    old Training message over a Failed job's)."""
+    a, b, c = {"phase": "Training", "message": "a"}, {"phase": "Training", "message": "b"}, {
+        "phase": "Failed", "message": "c"}
+    handlers._remember("chain", a, b)
+    handlers._remember("chain", b, c)
+    befores, newest = handlers._written["chain"]
+    assert a in befores and b in befores and newest == c
+    for _ in range(handlers.MEMO_DEPTH + 2):
+        handlers._remember("chain", c, c)
+    assert len(handlers._written["chain"][0]) == handlers.MEMO_DEPTH  # bounded
+    handlers.forget("chain")
+    assert "chain" not in handlers._written

@@ -10,10 +10,10 @@ import pytest
 
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus, TrainingStatus
 from edgetrain.cluster import KubeApiError, KubeClient, api_path
+from edgetrain.operator import gather
 from edgetrain.operator import manifests as mf
-from edgetrain.operator import reconcile
 from edgetrain.operator import world as wd
-from edgetrain.operator.informer import TrainingWatch
+from edgetrain.operator.informer import OwnWatch
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
@@ -46,9 +46,14 @@ STATUSES = {
 }
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["reads", "watches"])
 @pytest.mark.parametrize("phase", list(STATUSES))
 def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, phase: str,
+                                              watched: bool,
                                               request: pytest.FixtureRequest) -> None:
+    """Without the operator's watches a tick reads its own objects in its namespace; with
+    them (here: watches that show nothing yet), nothing but what they cannot tell: the GPU
+    servers before an estimate starts, and a training Job the status names."""
     if phase == "estimating":
         request.getfixturevalue("vnodes")  # the session's GPU servers, Ready
     client = RecordingClient(kube.configuration)
@@ -57,9 +62,9 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, 
                          "generation": 1}}
     indexes = Indexes(nodes={"n1": [node("n1")], "n2": [node("n2")]},
                       training={"n1": ["other/x-train-1"]},
-                      estimators={(namespace, "k"): [wd.Producer("o", "job o")]})
+                      estimators={(namespace, "k"): [wd.Producer("o", "job o")]},
+                      own=OwnWatch(kube, [namespace]) if watched else None)
     world = rec.world(patj, STATUSES[phase], SPEC, indexes)
-    assert client.sent, "each phase reads at least its own objects or a cache entry"
     sent = list(client.sent)
     if phase == "estimating":
         # No estimate Job yet: the GPU servers, once, for the new Job's parallelism (the
@@ -70,6 +75,12 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, 
     for method, path in sent:
         assert method == "GET" and f"/namespaces/{namespace}/" in path, client.sent
     assert len(client.sent) <= 3, client.sent
+    if watched or phase == "selecting":  # the cache index has every entry: none is fetched
+        expected = [("GET", api_path("batch/v1", "jobs", namespace, "j-train-1"))] if (
+            phase == "training") else []
+        assert sent == expected, sent
+    else:
+        assert sent, "without watches each phase reads its own objects"
     if phase in ("profiling", "selecting"):
         assert {n.name for n in world.nodes} == {"n1", "n2"}  # from the index, not the API
     if phase == "selecting":
@@ -85,8 +96,8 @@ def test_the_fleet_snapshot_is_shared_briefly_then_taken_again(
     first = rec.fleet(indexes)
     nodes["n2"] = [node("n2")]
     assert rec.fleet(indexes) is first  # within FLEET_SNAPSHOT_S: the same snapshot
-    clock = time.monotonic() + reconcile.FLEET_SNAPSHOT_S + 1
-    monkeypatch.setattr(reconcile.time, "monotonic", lambda: clock)
+    clock = time.monotonic() + gather.FLEET_SNAPSHOT_S + 1
+    monkeypatch.setattr(gather.time, "monotonic", lambda: clock)
     assert {n.name for n in rec.fleet(indexes)} == {"n1", "n2"}
 
 
@@ -132,7 +143,7 @@ def _training_objects(kube: KubeClient, ns: str) -> tuple[dict[str, Any], str]:
     return patj, str(pod["metadata"]["name"])
 
 
-def _shows(watch: TrainingWatch, ns: str, patj: dict[str, Any]) -> bool:
+def _shows(watch: OwnWatch, ns: str, patj: dict[str, Any]) -> bool:
     uid = patj["metadata"]["uid"]
     job_obj = watch.job(ns, TRAIN_JOB, uid)
     return (job_obj is not None and bool(watch.pods(ns, job_obj["metadata"]["uid"]))
@@ -140,28 +151,26 @@ def _shows(watch: TrainingWatch, ns: str, patj: dict[str, Any]) -> bool:
 
 
 class LateView:
-    """The watch's view, but one that shows the training Job finished: news the API server
+    """The watches' view, but one that shows the training Job finished: news the API server
     does not confirm (a view that trails it may show a state from before a restart)."""
 
-    def __init__(self, watch: TrainingWatch) -> None:
+    def __init__(self, watch: OwnWatch) -> None:
         self.watch = watch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.watch, name)
 
     def job(self, ns: str, name: str, owner: str) -> dict[str, Any] | None:
         got = self.watch.job(ns, name, owner)
-        return None if got is None else {**got, "status": {"succeeded": 1}}
-
-    def pods(self, ns: str, job_uid: str) -> list[dict[str, Any]]:
-        return self.watch.pods(ns, job_uid)
-
-    def configmap(self, ns: str, name: str, owner: str) -> dict[str, Any] | None:
-        return self.watch.configmap(ns, name, owner)
+        return None if got is None else {**got, "status": {"failed": 1, "conditions": [
+            {"type": "Failed", "status": "True"}]}}
 
 
 def test_a_training_tick_reads_nothing_while_the_watches_show_its_objects(
     kube: KubeClient, namespace: str, crds: None
 ) -> None:
     patj, pod_name = _training_objects(kube, namespace)
-    watch = TrainingWatch(kube, [namespace]).start()
+    watch = OwnWatch(kube, [namespace]).start()
     try:
         deadline = time.monotonic() + 30
         while not _shows(watch, namespace, patj):
@@ -172,28 +181,27 @@ def test_a_training_tick_reads_nothing_while_the_watches_show_its_objects(
         rec = Reconciler(client, load_settings({}))
 
         # The watches show the Job, its pod and the progress: the tick sends nothing.
-        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=watch))
+        step = rec.reconcile(patj, Indexes(nodes=nodes, own=watch))
         assert client.sent == []
         assert step.status.phase is Phase.training
         assert step.status.training is not None and step.status.training.pod == pod_name
 
-        # A view that shows none of them (a watch not listed yet): each is read by name.
-        unlisted = TrainingWatch(kube, ["not-listed"])
-        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=unlisted))
-        progress = mf.progress_configmap_name("j")
-        assert sorted(client.sent) == sorted([
-            ("GET", api_path("batch/v1", "jobs", namespace, TRAIN_JOB)),
-            ("GET", api_path("v1", "pods", namespace)),  # labelSelector job-name=j-train-1
-            ("GET", api_path("v1", "configmaps", namespace, progress))])
+        # A view that shows none of them (a watch not listed yet): the Job the status names is
+        # read by name (taken as gone, it would be started again next to a running one); the
+        # rest is what the watches say (no pod yet, no progress yet).
+        unlisted = OwnWatch(kube, ["not-listed"])
+        step = rec.reconcile(patj, Indexes(nodes=nodes, own=unlisted))
+        assert client.sent == [("GET", api_path("batch/v1", "jobs", namespace, TRAIN_JOB))]
         assert step.status.phase is Phase.training
-        assert step.status.training is not None and step.status.training.pod == pod_name
+        assert step.status.training is not None and step.status.training.job == TRAIN_JOB
 
-        # A view whose news would end the job is confirmed by reads first; they say the Job
-        # runs, so the job still trains (not Succeeded without a result).
+        # A view whose news would fail an attempt (and delete its Job) is confirmed by reads
+        # first; they say the Job runs, so the job still trains, its Job kept.
         client.sent.clear()
-        step = rec.reconcile(patj, Indexes(nodes=nodes, training_objects=LateView(watch)))
+        step = rec.reconcile(patj, Indexes(nodes=nodes, own=LateView(watch)))
         assert ("GET", api_path("batch/v1", "jobs", namespace, TRAIN_JOB)) in client.sent
         assert step.status.phase is Phase.training, step.status.message
+        assert not any(m == "DELETE" for m, _ in client.sent), client.sent
         assert not step.events
     finally:
         watch.stop()
