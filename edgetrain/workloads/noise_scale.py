@@ -14,6 +14,7 @@ from torch import nn
 
 from edgetrain.planner.noise import NoiseSample, gradient_estimates
 from edgetrain.workloads.accel import CPU, Accelerator
+from edgetrain.workloads.loss import loss_of
 
 #: Micro-batches per probe (fewer when b is smaller or not divisible).
 MICRO_BATCHES = 4
@@ -43,8 +44,6 @@ def probe(
     accel: Accelerator = CPU,
 ) -> NoiseSample | None:
     """|G|² and tr(Σ) from this minibatch's micro-batch gradients (None: b too small)."""
-    from edgetrain.workloads.training import loss_of
-
     batch = int(x.shape[0])
     k = micro_batches(batch)
     if k < 2:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import nn
 
@@ -18,6 +17,7 @@ from edgetrain.api.training import OptimizerName, OptimizerSpec, crossing_sample
 from edgetrain.planner.noise import NoiseSample, noise_scale
 from edgetrain.workloads import datasets
 from edgetrain.workloads.accel import CPU, Accelerator
+from edgetrain.workloads.loss import loss_of
 from edgetrain.workloads.models import build_model
 
 TEXT_SEQ_LEN = 64
@@ -171,12 +171,6 @@ def make_optimizer(spec: OptimizerSpec, model: nn.Module, batch_size: int) -> to
     if spec.name is OptimizerName.adamw:
         return torch.optim.AdamW(params, lr=lr)
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
-
-
-def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy for classification and for every position of a text window."""
-    logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
 def train_step(
