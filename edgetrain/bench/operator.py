@@ -56,7 +56,6 @@ from edgetrain.bench.operator_fleet import (
     kwok_configuration,
     node_list_bytes,
     operator_kubeconfig,
-    parse_time,
     read_audit,
     read_proc,
 )
@@ -67,6 +66,7 @@ from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.kwok import board_node, create_nodes
 from edgetrain.cluster.process import ManagedProcess
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path, node_schedulable
+from edgetrain.operator.phases import unix_seconds
 from edgetrain.workloads.catalog import DATASETS
 from edgetrain.workloads.progress import Reporter
 
@@ -783,7 +783,7 @@ class _Counted:
     def on_event(self, kind: str, event: Obj, at: float) -> None:
         if kind == "DELETED":
             return
-        when = parse_time(event.get("lastTimestamp") or event.get("eventTime")
+        when = unix_seconds(event.get("lastTimestamp") or event.get("eventTime")
                           or event["metadata"].get("creationTimestamp"))
         if when is not None:
             with self._lock:

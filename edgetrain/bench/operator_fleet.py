@@ -22,6 +22,7 @@ from edgetrain.api.crd_files import crd_files
 from edgetrain.api.keys import ANNOTATION_BENCH_DONE
 from edgetrain.cluster.pki import Pki, write_atomic
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path
+from edgetrain.operator.phases import unix_seconds
 
 OPERATOR_NAMESPACE = "edgetrain-system"
 OPERATOR_SA = "edgetrain-operator"
@@ -92,18 +93,6 @@ def kcm_grace_args(lease_duration_s: int = LEASE_DURATION_S) -> list[str]:
             "--kube-api-burst=200"]
 
 
-def parse_time(stamp: object) -> float | None:
-    """RFC 3339 with or without fractions (metav1.Time, MicroTime) as unix seconds."""
-    import datetime as dt
-
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 class LeaseLapses:
     """Node Leases that lapsed: renewed later than their duration after the renewal before
     (from a watch of kube-node-lease), and, at the end, those not renewed for longer than it.
@@ -119,7 +108,7 @@ class LeaseLapses:
         """A Lease event (ADDED, MODIFIED, DELETED)."""
         name = str(lease["metadata"]["name"])
         spec = lease.get("spec") or {}
-        renewed = parse_time(spec.get("renewTime"))
+        renewed = unix_seconds(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or 0)
         with self._lock:
             if kind == "DELETED":
@@ -229,13 +218,13 @@ def read_audit(path: Path, start_epoch: float, end_epoch: float,
             if not audit_id or audit_id in seen or event.get("user", {}).get(
                     "username") != OPERATOR_USER:
                 continue
-            when = parse_time(event.get("requestReceivedTimestamp", ""))
+            when = unix_seconds(event.get("requestReceivedTimestamp", ""))
             if when is None:
                 continue
             if not start_epoch <= when <= end_epoch:
                 continue
             verb = str(event.get("verb", "?"))
-            done = parse_time(event.get("stageTimestamp"))
+            done = unix_seconds(event.get("stageTimestamp"))
             if event.get("stage") == "ResponseComplete" and verb != "watch" and done is not None:
                 round_trips.append(done - when)
             seen.add(audit_id)

@@ -9,6 +9,8 @@ from typing import Any
 
 from edgetrain.cluster.hostnet import CNI_BIN_DIR
 from edgetrain.cluster.images import PAUSE_IMAGE
+from edgetrain.cluster.kubeconfig import write_kubeconfig
+from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
 
 KUBELET_PORT = 10250
 
@@ -128,3 +130,19 @@ def kubelet_config(*, address: str, tls_dir: Path, client_ca: Path, endpoint: st
         # Several kubelets on one host: each manages its own subtree of every hierarchy.
         config["cgroupRoot"] = cgroup_root
     return config
+
+
+def write_kubelet_identity(node_dir: Path, name: str, address: str, api_url: str,
+                           pki: Pki) -> None:
+    """A kubelet's serving and client certificates under `node_dir/pki` and its kubeconfig
+    (`kubelet.kubeconfig`) as the node `name` at `address`."""
+    pki_dir = node_dir / "pki"
+    crt, key = issue_serving_pair(name, [address], pki)
+    write_atomic(pki_dir / "kubelet.crt", crt, mode=0o644)
+    write_atomic(pki_dir / "kubelet.key", key)
+    ccrt, ckey = issue_client_pair(pki, f"system:node:{name}", "system:nodes")
+    write_atomic(pki_dir / "kubelet-client.crt", ccrt, mode=0o644)
+    write_atomic(pki_dir / "kubelet-client.key", ckey)
+    write_kubeconfig(node_dir / "kubelet.kubeconfig", server=api_url, ca_crt=pki.ca_crt,
+                     client_crt=pki_dir / "kubelet-client.crt",
+                     client_key=pki_dir / "kubelet-client.key", user=f"system:node:{name}")

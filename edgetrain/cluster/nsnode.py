@@ -23,9 +23,13 @@ from typing import Any
 from edgetrain.cluster import binaries, nodefs, twinruntime
 from edgetrain.cluster.hostnet import NodeNetwork
 from edgetrain.cluster.images import PAUSE_IMAGE, ctr_import, write_pause_archive
-from edgetrain.cluster.kubeconfig import write_kubeconfig
-from edgetrain.cluster.nodeconfig import cni_conflist, containerd_toml, kubelet_config
-from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
+from edgetrain.cluster.nodeconfig import (
+    cni_conflist,
+    containerd_toml,
+    kubelet_config,
+    write_kubelet_identity,
+)
+from edgetrain.cluster.pki import Pki, write_atomic
 from edgetrain.cluster.process import ComponentError, ManagedProcess, pid_cmdline, rss_bytes
 
 # The node's own paths, as its processes see them; each is a directory of the node's
@@ -251,16 +255,7 @@ class NsNode:
         d = self.dir
         for sub in (*PRIVATE_DIRS.values(), "cni/net.d", "pki", "bin", "tmp"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        crt, key = issue_serving_pair(self.name, [self.address], pki)
-        write_atomic(d / "pki" / "kubelet.crt", crt, mode=0o644)
-        write_atomic(d / "pki" / "kubelet.key", key)
-        ccrt, ckey = issue_client_pair(pki, f"system:node:{self.name}", "system:nodes")
-        write_atomic(d / "pki" / "kubelet-client.crt", ccrt, mode=0o644)
-        write_atomic(d / "pki" / "kubelet-client.key", ckey)
-        write_kubeconfig(d / "kubelet.kubeconfig", server=self.api_url, ca_crt=pki.ca_crt,
-                         client_crt=d / "pki" / "kubelet-client.crt",
-                         client_key=d / "pki" / "kubelet-client.key",
-                         user=f"system:node:{self.name}")
+        write_kubelet_identity(d, self.name, self.address, self.api_url, pki)
         runc = shutil.which("runc") or "runc"
         if self.twin_root is not None:
             runc = str(twinruntime.write_wrapper(d / "bin" / "runc", runc, self.twin_root))

@@ -22,7 +22,6 @@ from edgetrain.cluster.hostnet import (
     read_ip_forward,
 )
 from edgetrain.cluster.images import PAUSE_IMAGE, ctr_import, write_pause_archive
-from edgetrain.cluster.kubeconfig import write_kubeconfig
 from edgetrain.cluster.node_teardown import (
     HOST_PATHS,
     SHARED_PATHS,
@@ -33,8 +32,13 @@ from edgetrain.cluster.node_teardown import (
     pids_running,
     teardown,
 )
-from edgetrain.cluster.nodeconfig import cni_conflist, containerd_toml, kubelet_config
-from edgetrain.cluster.pki import Pki, issue_client_pair, issue_serving_pair, write_atomic
+from edgetrain.cluster.nodeconfig import (
+    cni_conflist,
+    containerd_toml,
+    kubelet_config,
+    write_kubelet_identity,
+)
+from edgetrain.cluster.pki import Pki, write_atomic
 from edgetrain.cluster.process import (
     ComponentError,
     ManagedProcess,
@@ -167,16 +171,8 @@ class RealNode:
         for sub in ("ctd", "cni/net.d", "cni/ipam", "kubelet", "pki", "pod-logs",
                     "volume-plugins"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        crt, key = issue_serving_pair(self.name, [self.address], pki)
-        write_atomic(d / "pki" / "kubelet.crt", crt, mode=0o644)
-        write_atomic(d / "pki" / "kubelet.key", key)
-        ccrt, ckey = issue_client_pair(pki, f"system:node:{self.name}", "system:nodes")
-        write_atomic(d / "pki" / "kubelet-client.crt", ccrt, mode=0o644)
-        write_atomic(d / "pki" / "kubelet-client.key", ckey)
-        write_kubeconfig(d / "kubelet.kubeconfig", server=f"https://127.0.0.1:{self.api_port}",
-                         ca_crt=pki.ca_crt, client_crt=d / "pki" / "kubelet-client.crt",
-                         client_key=d / "pki" / "kubelet-client.key",
-                         user=f"system:node:{self.name}")
+        write_kubelet_identity(d, self.name, self.address, f"https://127.0.0.1:{self.api_port}",
+                               pki)
         write_atomic(d / "ctd" / "config.toml", self._containerd_toml().encode(), 0o644)
         write_atomic(d / "cni" / "net.d" / "10-edgetrain.conflist",
                      json.dumps(self._cni_conf(), indent=2).encode(), 0o644)

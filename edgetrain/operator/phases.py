@@ -451,7 +451,7 @@ def infeasible_message(
 
 
 def unix_seconds(stamp: object) -> float | None:
-    """RFC 3339 (metav1.Time) as unix seconds."""
+    """RFC 3339 with or without fractions (metav1.Time, MicroTime) as unix seconds."""
     import datetime as dt
 
     if not isinstance(stamp, str) or not stamp:
