@@ -22,7 +22,13 @@ from typing import Any, TypeVar
 from edgetrain.api.budget import LabelSelector
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.api.job_status import Phase, PowerAwareTrainingJobStatus
-from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
+from edgetrain.api.keys import (
+    LABEL_JOB,
+    LABEL_NODE_KIND,
+    LABEL_PHASE,
+    NODE_KIND_IDLE,
+    NODE_KIND_JETSON,
+)
 from edgetrain.kube import KubeClient, Obj, api_path
 from edgetrain.operator import estimate_manifests as em
 from edgetrain.operator import estimate_parts as ep
@@ -154,6 +160,16 @@ class Recent:
         return {name: obj for (ns, kind, name), (until, obj) in items
                 if ns == namespace and kind == plural and until > now
                 and mf.controller_uid(obj) == owner}
+
+
+def server_list_selector(settings: OperatorSettings) -> str:
+    """The label selector the GPU servers are listed with: the serverSelector, and not a node
+    that `roles.node_role` can never take as a server (`node-kind=jetson` or `idle`). Without
+    the second part each read brought the whole fleet: at 5,000 Jetsons 23 MB and 0.7 s of the
+    operator's CPU, every `SERVERS_SNAPSHOT_S` while every starting job waited for it."""
+    terms = [f"{k}={v}" for k, v in sorted(settings.server_selector.items())]
+    terms += [f"{LABEL_NODE_KIND}!={NODE_KIND_JETSON}", f"{LABEL_NODE_KIND}!={NODE_KIND_IDLE}"]
+    return ",".join(terms)
 
 
 class Gatherer:
@@ -357,9 +373,8 @@ class Gatherer:
             read = self._servers_read
             if read is not None and now - read[0] <= SERVERS_SNAPSHOT_S:
                 return read[1]
-            selector = ",".join(f"{k}={v}"
-                                for k, v in sorted(self.settings.server_selector.items()))
-            items = self.kube.get(api_path("v1", "nodes"), labelSelector=selector)["items"]
+            items = self.kube.get(api_path("v1", "nodes"),
+                                  labelSelector=server_list_selector(self.settings))["items"]
             # The selector may be empty (any node): only what `roles` takes as a server counts.
             servers = tuple(n for n in map(NodeInfo.of, items)
                             if node_role(n, self.settings).kind == "server")
