@@ -40,6 +40,7 @@ from edgetrain.operator.events import EventPoster
 from edgetrain.operator.fleet import FleetWatch
 from edgetrain.operator.informer import OwnWatch
 from edgetrain.operator.phases import job_finished, unix_seconds
+from edgetrain.operator.pool import DuePool
 from edgetrain.operator.reconcile import Indexes, Reconciler, Step
 from edgetrain.operator.settings import OperatorSettings, load_settings
 from edgetrain.operator.wake import JobKey, Wakeups, job_key, sleep_or_wake
@@ -70,9 +71,10 @@ FLEET: FleetWatch | None = None  # the Jetson nodes (operator/fleet.py), from st
 # (operator/informer.py), from startup on
 OWN: OwnWatch | None = None
 # Where the jobs' reconciles run: a pool of their own, sized for I/O-bound waits (a burst of
-# wake-ups must not queue behind kopf's 8 handler threads, which the budget loops use).
-RECONCILES = concurrent.futures.ThreadPoolExecutor(
-    max_workers=SETTINGS.reconcile_workers, thread_name_prefix="reconcile")
+# wake-ups must not queue behind kopf's 8 handler threads, which the budget loops use), and
+# ordered by when each reconcile's cause arrived, a poll an interval later (operator/pool.py):
+# the 1,000 fallback polls of a large fleet must not delay a new job or an input that landed.
+RECONCILES = DuePool(SETTINGS.reconcile_workers, "reconcile")
 # Where a reconcile's creates after its record go (reconcile.py): as many as reconciles.
 FOLLOWUPS = concurrent.futures.ThreadPoolExecutor(
     max_workers=SETTINGS.reconcile_workers, thread_name_prefix="followup")
@@ -559,7 +561,6 @@ async def _job_loop(job: JobKey, kwargs: dict[str, Any]) -> None:
     deadlines). Reconciles run on their own pool (`RECONCILES`). A plain task, not a kopf
     daemon: a daemon needs a finalizer on every job (two PATCHes, and their events, per job)."""
     wake = WAKEUPS.register(job)
-    loop = asyncio.get_running_loop()
     woke: tuple[float, str] | None = (time.monotonic(), "start")
     try:
         while True:
@@ -573,13 +574,21 @@ async def _job_loop(job: JobKey, kwargs: dict[str, Any]) -> None:
                 break
             # kopf.event() reads kopf's context variables: the thread runs in this task's copy.
             context = contextvars.copy_context()
-            await loop.run_in_executor(
-                RECONCILES, functools.partial(context.run, _run_logged, body, kwargs, woke))
+            await asyncio.wrap_future(RECONCILES.submit(
+                functools.partial(context.run, _run_logged, body, kwargs, woke),
+                due=_due(woke)))
             woke = None
     finally:
         WAKEUPS.unregister(job)
         if _loops.get(job) is asyncio.current_task():
             del _loops[job]
+
+
+def _due(woke: tuple[float, str]) -> float:
+    """When a reconcile is due in the pool: when its cause arrived, a poll one interval
+    later (a start or a wake-up that arrived meanwhile goes first)."""
+    at, cause = woke
+    return at + (SETTINGS.poll_interval_s if cause == "poll" else 0.0)
 
 
 @kopf.on.cleanup()

@@ -81,6 +81,15 @@ def _slim_workload(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k != "spec"}
 
 
+def slim(plural: str, obj: Obj) -> Obj:
+    """`obj` (of resource `plural`) as the operator's views keep it: what decisions read."""
+    return _SLIM.get(plural, _slim)(obj)
+
+
+_SLIM: dict[str, Callable[[Obj], Obj]] = {
+    "jobs": _slim_job, "daemonsets": _slim_workload, "pods": _slim_pod}
+
+
 def _controller(obj: Obj) -> list[Hashable]:
     uid = mf.controller_uid(obj)
     return [uid] if uid else []
@@ -335,8 +344,7 @@ class OwnWatch:
         "progress": ("v1", "configmaps", TRAIN_SELECTOR, ""),
         "events": ("v1", "events", "", FAILED_CREATE),
     }
-    SLIM: ClassVar[dict[str, Callable[[Obj], Obj]]] = {
-        "jobs": _slim_job, "daemonsets": _slim_workload, "pods": _slim_pod}
+    SLIM: ClassVar[dict[str, Callable[[Obj], Obj]]] = _SLIM
     INDEXERS: ClassVar[dict[str, dict[str, Indexer]]] = {
         "jobs": {"estimator": _estimator, "training": _training_node},
         "daemonsets": {"profiler": _profiler},

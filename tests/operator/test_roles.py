@@ -146,3 +146,21 @@ def test_decide_refuses_profiling_and_training_on_a_node_the_trainer_cannot_run_
     (job,) = [a for a in made.actions if isinstance(a, wd.Create) and a.plural == "jobs"]
     assert job.body["spec"]["template"]["spec"]["containers"][0]["image"] == \
         SETTINGS.trainer_image
+
+
+@pytest.mark.parametrize("kind", ["jetson", "idle"])
+@pytest.mark.parametrize("gpus", [0, 4])
+@pytest.mark.parametrize("arch", [ARM, AMD])
+def test_what_the_server_list_leaves_out_is_never_a_server(kind: str, gpus: int,
+                                                          arch: dict[str, str]) -> None:
+    """The servers are listed without node-kind jetson or idle (the whole fleet otherwise):
+    node_role never takes such a node as a server."""
+    from edgetrain.operator.gather import server_list_selector
+    settings = load_settings({"EDGETRAIN_OPERATOR_SERVER_SELECTOR": "pool=train"})
+    assert server_list_selector(settings) == (
+        "pool=train,edgetrain.io/node-kind!=jetson,edgetrain.io/node-kind!=idle")
+    node = info("n", gpus=gpus, pool="train", **arch, **{
+        "edgetrain.io/node-kind": kind, "edgetrain.io/device-model": "jetson-nano"})
+    bare = info("m", gpus=gpus, pool="train", **arch, **{"edgetrain.io/node-kind": kind})
+    assert roles.node_role(node, settings).kind != "server"
+    assert roles.node_role(bare, settings).kind != "server"
