@@ -153,7 +153,10 @@ def login(**_: Any) -> kopf.ConnectionInfo:
     cfg = load_configuration()
     scheme, token = _bearer(cfg)
     deadline = time.monotonic() + TOKEN_ROTATION_WAIT_S
-    while token and token == _last_login_token.get("token") and time.monotonic() < deadline:
+    refused = _last_login_token.get("token")
+    # An empty read is a file being rewritten (not every writer swaps it atomically, as the
+    # kubelet does), not a rotation: keep waiting for the new token.
+    while refused and token in ("", refused) and time.monotonic() < deadline:
         time.sleep(_LOGIN_POLL_S)
         cfg = load_configuration()
         scheme, token = _bearer(cfg)

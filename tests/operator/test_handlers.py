@@ -112,6 +112,20 @@ def test_login_after_a_401_waits_for_the_rotated_token(in_a_pod: Path) -> None:
     assert (info.scheme, info.token) == ("Bearer", "token-b")
 
 
+def test_login_waits_through_a_token_file_being_rewritten(in_a_pod: Path) -> None:
+    """A token file read while it is rewritten (empty) is not a rotation: the login waits for
+    the new token instead of giving kopf no credentials (the race `write_text` made above)."""
+    assert handlers.login().token == "token-a"
+    (in_a_pod / "token").write_text("")
+    rotate = threading.Timer(1.0, (in_a_pod / "token").write_text, ("token-b",))
+    rotate.start()
+    try:
+        info = handlers.login()
+    finally:
+        rotate.cancel()
+    assert (info.scheme, info.token) == ("Bearer", "token-b")
+
+
 def test_login_gives_the_same_token_back_when_none_comes(
         in_a_pod: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No rotation within the wait: the same token, and kopf's own LoginError decides."""
