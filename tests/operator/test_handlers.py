@@ -99,16 +99,21 @@ def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def _login_while_rotating(in_a_pod: Path) -> kopf.ConnectionInfo:
+    """A second login while the kubelet writes `token-b` into the token file 1 s from now."""
+    rotate = threading.Timer(1.0, (in_a_pod / "token").write_text, ("token-b",))
+    rotate.start()
+    try:
+        return handlers.login()
+    finally:
+        rotate.cancel()
+
+
 def test_login_after_a_401_waits_for_the_rotated_token(in_a_pod: Path) -> None:
     """kopf asks again after a 401 and refuses the token it was refused (the operator would
     exit): the second login returns only once the kubelet has rotated the file."""
     assert handlers.login().token == "token-a"
-    rotate = threading.Timer(1.0, (in_a_pod / "token").write_text, ("token-b",))
-    rotate.start()
-    try:
-        info = handlers.login()
-    finally:
-        rotate.cancel()
+    info = _login_while_rotating(in_a_pod)
     assert (info.scheme, info.token) == ("Bearer", "token-b")
 
 
@@ -117,12 +122,7 @@ def test_login_waits_through_a_token_file_being_rewritten(in_a_pod: Path) -> Non
     the new token instead of giving kopf no credentials (the race `write_text` made above)."""
     assert handlers.login().token == "token-a"
     (in_a_pod / "token").write_text("")
-    rotate = threading.Timer(1.0, (in_a_pod / "token").write_text, ("token-b",))
-    rotate.start()
-    try:
-        info = handlers.login()
-    finally:
-        rotate.cancel()
+    info = _login_while_rotating(in_a_pod)
     assert (info.scheme, info.token) == ("Bearer", "token-b")
 
 
