@@ -20,7 +20,12 @@ from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
-from edgetrain.cluster.hostnet import NodeNetwork, cannot_run_kubelet, pick_network
+from edgetrain.cluster.hostnet import (
+    NodeNetwork,
+    cannot_run_kubelet,
+    claim_network,
+    remove_links,
+)
 from edgetrain.cluster.images import CORE_IMAGES, import_project_images
 from edgetrain.cluster.jetsons import ARCHES as JETSON_ARCHES
 from edgetrain.cluster.jetsons import JETSON_IMAGES, JetsonFleet, teardown_jetsons
@@ -177,11 +182,14 @@ def up(
                       markup=False)
         else:
             real = "new"
-    net = pick_network() if real == "new" or (real_jetsons and not reused) else None
+    # Claimed (its interface made) at once: a cluster started beside this one takes another.
+    net = claim_network() if real == "new" or (real_jetsons and not reused) else None
     try:
         cluster = LocalCluster(run_dir, detached=True, service_cidr=(
             net.service_cidr if net is not None else SERVICE_CIDR)).start(timeout_s)
     except (ComponentError, binaries.BinaryMissingError) as exc:
+        if net is not None:
+            remove_links(net)
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
     virtual_servers = server - (1 if real else 0)

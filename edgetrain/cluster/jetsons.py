@@ -30,6 +30,7 @@ from edgetrain.cluster.hostnet import (
     restore_ip_forward,
 )
 from edgetrain.cluster.images import ImageExports, ImportResult
+from edgetrain.cluster.node_teardown import STATE_FILE as REAL_SERVER_STATE
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import MAX_NS_NODES, NsAddress, NsNode, wait_for
 from edgetrain.cluster.nsnode_teardown import ns_leftovers, teardown_ns_node
@@ -141,8 +142,9 @@ class JetsonFleet:
 
     def _ensure_net(self) -> None:
         """The cluster's interface and `kubernetes` Service relay, unless a real server node
-        made them (it keeps them until its own teardown)."""
-        if link_exists(self.net.dummy):
+        made them (it keeps them until its own teardown). The interface may exist already:
+        `claim_network` makes it when it picks the slot."""
+        if (self.run_dir / REAL_SERVER_STATE).exists() or self.owns_net:
             return
         self.owns_net, self.ip_forward = True, read_ip_forward()
         self.save()

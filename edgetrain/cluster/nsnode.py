@@ -215,13 +215,19 @@ class NsNode:
         to tear down."""
         self._save = save
         self._write_configs(pki)
+        self.boot(timeout_s)
+        write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
+        ctr_import(self.ctr(), self.dir / "pause.oci.tar", PAUSE_IMAGE)
+
+    def boot(self, timeout_s: float = 120.0) -> None:
+        """What starts when the board powers on, from its files: cgroup root, namespaces,
+        network, containerd (its images kept under /var/lib/containerd); then the kubelet
+        (`start_kubelet`). `prepare` runs it, and `nsfaults.power_on` after a power loss."""
         make_cgroup_root(self.cgroup_root)
         self._save()
         self._start_namespaces(timeout_s)
         self._connect()
         self._start_containerd(timeout_s)
-        write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
-        ctr_import(self.ctr(), self.dir / "pause.oci.tar", PAUSE_IMAGE)
 
     def _spawn(self, name: str, argv: list[str], runs: str,
                env: dict[str, str] | None = None) -> ManagedProcess:
