@@ -16,6 +16,11 @@
 - `kill_container`: SIGKILL of one container's process, as a crash or the OOM killer ends it:
   containerd reports the exit, and the kubelet restarts the container or fails the pod as its
   restartPolicy says.
+- `restart_kubelet`: the kubelet alone stops and starts (its containers run on): it forgets the
+  ServiceAccount tokens it cached and requests new ones for its pods' projected volumes at
+  once, which is how a test makes a real kubelet rotate them now.
+- `cut_outside`: the node loses its route to anything outside the cluster's networks (a
+  registry, DNS): an image it does not hold cannot be pulled, and says so at once.
 
 The device twin is the board's hardware model and runs outside the node (`twinhost`): a power
 loss does not reset it."""
@@ -88,6 +93,26 @@ def power_on(node: NsNode, timeout_s: float = 120.0) -> None:
     make_cgroup_root(node.cgroup_root)
     node.boot(timeout_s)
     node.start_kubelet()
+
+
+def restart_kubelet(node: NsNode, timeout_s: float = 30.0) -> None:
+    """Stop the node's kubelet (SIGTERM) and start it again; its pods' containers run on."""
+    node.procs["kubelet"].stop(grace_s=timeout_s)
+    del node.procs["kubelet"], node.runs["kubelet"]
+    node.start_kubelet()
+
+
+LOCAL_NETWORKS = "198.18.0.0/15"  # every slot's nodes, pods and Services (hostnet.py)
+
+
+def cut_outside(node: NsNode) -> None:
+    """Replace the node's default route with one to the local clusters' networks only."""
+    inside = [*node.nsenter(), "ip", "route"]
+    for args in (["del", "default"], ["add", LOCAL_NETWORKS, "via", node.addr.gateway]):
+        res = subprocess.run([*inside, *args], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"node {node.name}: ip route {' '.join(args)}: "
+                               f"{res.stderr.strip()}")
 
 
 def task_pid(node: NsNode, container_id: str) -> int:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,10 +60,10 @@ class RealCluster:
 @contextlib.contextmanager
 def real_cluster(run_dir: Path, specs: Sequence[VNodeSpec], arch: str = "amd64",
                  images: Sequence[str] = ("node-agent",), timeout_s: float = 240.0,
-                 log: Callable[[str], None] = print) -> Iterator[RealCluster]:
+                 log: Callable[[str], None] = print, **start: Any) -> Iterator[RealCluster]:
     """A control plane on a claimed slot's network and one real node per spec (amd64: native,
     labelled as such; arm64: under QEMU), `images` imported from podman; all removed on exit
-    (`jetson_leftovers` is then empty)."""
+    (`jetson_leftovers` is then empty). `start`: more of `JetsonFleet.start`'s options."""
     net = claim_network()
     cluster = LocalCluster(run_dir, service_cidr=net.service_cidr)
     try:
@@ -70,7 +71,7 @@ def real_cluster(run_dir: Path, specs: Sequence[VNodeSpec], arch: str = "amd64",
         fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch)
         with cluster.client() as kube:
             try:
-                fleet.start(specs, kube, images, __version__, timeout_s, log)
+                fleet.start(specs, kube, images, __version__, timeout_s, log, **start)
                 yield RealCluster(cluster, fleet, kube)
             finally:
                 teardown_jetsons(run_dir)

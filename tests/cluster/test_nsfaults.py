@@ -19,7 +19,15 @@ from edgetrain.cluster import api_path
 from edgetrain.cluster.hostnet import link_exists
 from edgetrain.cluster.jetsons import STATE_FILE, jetson_labels, jetson_leftovers
 from edgetrain.cluster.nodes import node_specs
-from edgetrain.cluster.nsfaults import kill_container, power_off, power_on, powered, task_pid
+from edgetrain.cluster.nsfaults import (
+    cut_outside,
+    kill_container,
+    power_off,
+    power_on,
+    powered,
+    restart_kubelet,
+    task_pid,
+)
 from edgetrain.cluster.nsnode import cgroup_pids
 from edgetrain.cluster.nsnode_teardown import node_processes
 from edgetrain.cluster.process import pid_alive
@@ -56,12 +64,14 @@ def _status(cs: dict[str, Any]) -> str:
     return next(iter(cs.get("state") or {"?": None}))
 
 
-def _running(rc: RealCluster, name: str, restarts: int = 0) -> dict[str, Any]:
-    """The pod's container once it runs after at least `restarts` restarts."""
+def _running(rc: RealCluster, name: str, restarts: int = 0, other_than: str = "",
+             ) -> dict[str, Any]:
+    """The pod's container once it runs after at least `restarts` restarts (and is not the
+    container `other_than`: a status from before a power loss still names that one)."""
     def ok(p: dict[str, Any]) -> bool:
         css = p.get("status", {}).get("containerStatuses") or []
         return bool(css) and _status(css[0]) == "running" and \
-            int(css[0]["restartCount"]) >= restarts
+            int(css[0]["restartCount"]) >= restarts and css[0]["containerID"] != other_than
     pod = rc.kube.wait_for(api_path("v1", "pods", NS, name), ok, timeout_s=180,
                            what=f"running after {restarts} restarts")
     return dict(pod["status"]["containerStatuses"][0])
@@ -128,11 +138,54 @@ def test_power_loss_kills_everything_and_the_node_comes_back(real: RealCluster) 
     real.kube.wait_for(path, lambda n: node_schedulable(n), timeout_s=120,
                        what="Ready again after power on")
     print(f"power on to Ready: {time.monotonic() - started:.1f} s")
-    again = _running(real, "always")
-    assert again["containerID"] != cs["containerID"]
+    again = _running(real, "always", other_than=cs["containerID"])
     new_pid = task_pid(node, again["containerID"])
     assert pid_alive(new_pid) and new_pid in cgroup_pids(node.cgroup_root)
     assert powered(node)
+
+
+def test_kubelet_restart_leaves_containers_running(real: RealCluster) -> None:
+    """The kubelet alone restarts: the pod's container runs on, the Node stays Ready."""
+    (node,) = real.fleet.nodes
+    cs = _running(real, "always")
+    pid, kubelet = task_pid(node, cs["containerID"]), node.procs["kubelet"].pid
+    restart_kubelet(node)
+    assert node.procs["kubelet"].pid != kubelet and not pid_alive(kubelet)
+    path = api_path("v1", "nodes", name=node.name)
+    beat = _heartbeat(real.kube.get(path))
+    real.kube.wait_for(path, lambda n: _heartbeat(n) > beat and node_schedulable(n),
+                       timeout_s=120, what="a status update from the new kubelet")
+    again = _running(real, "always")
+    assert again["containerID"] == cs["containerID"] and pid_alive(pid)
+    assert again["restartCount"] == cs["restartCount"]
+
+
+def _heartbeat(node: dict[str, Any]) -> str:
+    return str(next(c["lastHeartbeatTime"] for c in node["status"]["conditions"]
+                    if c["type"] == "Ready"))
+
+
+def test_a_node_cut_off_cannot_pull_and_says_so(real: RealCluster) -> None:
+    """With no route out, an image the node does not hold fails to pull at once (ErrImagePull
+    or its back-off), and the node stays Ready."""
+    (node,) = real.fleet.nodes
+    cut_outside(node)
+    pod = _pod("pull", "Never")
+    pod["spec"]["containers"][0].update(image="ghcr.io/edgetrain/not-here:0",
+                                        imagePullPolicy="IfNotPresent")
+    real.kube.create(api_path("v1", "pods", NS), pod)
+    started = time.monotonic()
+
+    def waiting(p: dict[str, Any]) -> bool:
+        css = p.get("status", {}).get("containerStatuses") or []
+        return bool(css) and (css[0].get("state", {}).get("waiting") or {}).get("reason") in (
+            "ErrImagePull", "ImagePullBackOff")
+    done = real.kube.wait_for(api_path("v1", "pods", NS, "pull"), waiting, timeout_s=60,
+                              what="ErrImagePull")
+    print(f"ErrImagePull after {time.monotonic() - started:.1f} s: "
+          f"{done['status']['containerStatuses'][0]['state']['waiting'].get('message')}")
+    assert node_schedulable(real.kube.get(api_path("v1", "nodes", name=node.name)))
+    real.kube.delete(api_path("v1", "pods", NS, "pull"))
 
 
 def test_nodes_directory_is_under_the_run_dir(real: RealCluster) -> None:
