@@ -47,9 +47,11 @@ POOL_NODES = 3
 # standby must be on another node than the leader whose node a test may take down.
 OPERATOR_NODES = 2
 LEASE = {"leaseDurationSeconds": 8, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
-# Fine-tune on an MNIST subset: long enough to inject a fault while it trains; the estimate
-# (proxy: digits) and the Nano profile are computed once and shared through the caches.
-JOB = {"dataset": {"name": "mnist", "limit": 3000},
+# Fine-tune on a subset of digits, the set a pod finds in the package (a real node's pods see
+# no host data folder): 2,560 samples to the target, 27 s natively on this loaded 2-core host
+# (2026-11-27). Holds keep a fault's job where it is to hit. The estimate (proxy: digits) and
+# the Nano profile are computed once and shared through the caches.
+JOB = {"dataset": {"name": "digits", "limit": 1700},
        "batchSizes": [64], "budget": {"trainSamples": 8192, "evalIntervalSamples": 256}}
 CHECKPOINT_INTERVAL = 256  # the trainer checkpoints at every evaluation
 # A job's phases in order: a wait for one accepts any later one (it may have passed while the

@@ -385,7 +385,7 @@ def test_a_worker_that_cannot_start_says_why_then_fails(fleet: Fleet) -> None:
 
 SITE_CAP_W = 9.0
 # The site's jobs: JOB on a data set of their own size, so their profile's key is their own.
-SITE_DATASET = {"dataset": {"name": "mnist", "limit": 2900}}
+SITE_DATASET = {"dataset": {"name": "digits", "limit": 1600}}
 
 
 def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
