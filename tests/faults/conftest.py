@@ -64,7 +64,11 @@ JETSON_ARCH = os.environ.get("EDGETRAIN_FAULTS_JETSON_ARCH", "amd64")
 TRAINER = {"arm64": "trainer-cpu", "amd64": "estimator-cpu"}[JETSON_ARCH]
 ESTIMATOR = "estimator-cpu"
 NANO_IMAGES = ("node-agent", TRAINER)
-SERVER_IMAGES = ("operator", ESTIMATOR)
+# Both servers run an operator replica; the estimate pods go to the first only (the chart's
+# serverSelector), the one node that holds the estimator (GBs: PyPI's x86-64 torch brings the
+# CUDA libraries, which load and stay unused).
+SERVER_IMAGES = ("operator",)
+ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
 NODE_TIMEOUT_S = 600.0  # a cold import of the CPU torch images into a node takes minutes here
 
 
@@ -444,6 +448,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                       server_images=SERVER_IMAGES, shared_dirs=(str(shared),)) as real:
         kube = real.kube
         names = [s.name for s in specs]
+        real.import_images(names[POOL_NODES], (ESTIMATOR,), "linux/amd64")
+        missing = real.missing_images()
+        assert not missing, f"images podman lacks (`make images-local` builds them): {missing}"
         fl = Fleet(kube, real, ns, pool, names[:POOL_NODES], names[POOL_NODES:], work=work)
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": ns}})
@@ -458,8 +465,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             for name in names:
                 # The servers opt out of the node agents, as the chart says a non-Jetson does.
                 opt_out = {} if name in fl.pool_names else {"edgetrain.io/node-agent": "disabled"}
-                kube.patch(api_path("v1", "nodes", name=name),
-                           {"metadata": {"labels": {"edgetrain.io/pool": pool, **opt_out}}})
+                estimates = ESTIMATES_LABEL if name == names[POOL_NODES] else {}
+                kube.patch(api_path("v1", "nodes", name=name), {"metadata": {"labels": {
+                    "edgetrain.io/pool": pool, **opt_out, **estimates}}})
             kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _sa: True,
                           timeout_s=30, what="default ServiceAccount")
             _install(fl)
@@ -490,6 +498,7 @@ def _install(fl: Fleet) -> None:
                  "labelSelector": {"matchLabels": {
                      "app.kubernetes.io/component": "operator"}}}]}}),
          "--set", f"operator.settings.namespaces={{{ns}}}",
+         "--set-json", f"operator.settings.serverSelector={json.dumps(ESTIMATES_LABEL)}",
          # The chart gives the job namespace its worker identity (the operator makes none).
          "--set", f"worker.namespaces={{{ns}}}",
          "--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}",
