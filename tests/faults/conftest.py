@@ -320,17 +320,19 @@ class Fleet:
         return sorted(self.pool_names)
 
     def add_nanos(self, label: str, count: int = 1, agents: bool = False,
-                  registry_reachable: bool = True) -> list[str]:
+                  registry_reachable: bool = True, trainer: bool = True) -> list[str]:
         """More Nanos outside the pool, labelled edgetrain.io/site=<pool>-<label> for a job's
         placement or a budget; their names. `agents`: in the pool's node-agent DaemonSet too.
         `registry_reachable=False`: without the trainer image and with no route out, so the
-        worker's image cannot be pulled."""
+        worker's image cannot be pulled. `trainer=False`: nodes that run no worker need not
+        hold its image (a GB under arm64)."""
         specs = node_specs({"jetson-nano": count}, prefix=f"{self.pool}-{label}")
         run_dir = self.work / f"extra-{label}"
         net = claim_network()
         fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH)
         self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
-        fleet.start(specs, self.kube, NANO_IMAGES if registry_reachable else ("node-agent",),
+        fleet.start(specs, self.kube, NANO_IMAGES if registry_reachable and trainer
+                    else ("node-agent",),
                     __version__, NODE_TIMEOUT_S, lambda _m: None,
                     shared_dirs=(str(self.work / "checkpoints"),))
         if not registry_reachable:
