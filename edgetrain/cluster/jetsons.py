@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -219,6 +220,10 @@ def teardown_jetsons(run_dir: Path, log: Log = lambda _m: None) -> bool:
                 time.sleep(0.05)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(rec["pid"]), signal.SIGKILL)
+    # The twins write their trees under the nodes' directories until they stop: what they
+    # wrote after a node's files went is removed now.
+    for node in state.get("nodes", {}).values():
+        shutil.rmtree(node["dir"], ignore_errors=True)
     if state.get("owns_net"):
         remove_links(NodeNetwork(**state["net"]))
         restore_ip_forward(str(state.get("ip_forward", "")))
