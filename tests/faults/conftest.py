@@ -185,7 +185,9 @@ class Fleet:
                                    f"status {json.dumps(status)[:1500]}\n{self.diagnose()}")
             time.sleep(0.3)
 
-    def wait_done(self, name: str, timeout_s: float = 300) -> dict[str, Any]:
+    # Generous: a job trains under QEMU on a shared 2-core host (a wait ends as soon as the
+    # state is reached; only a failure waits it out).
+    def wait_done(self, name: str, timeout_s: float = 900) -> dict[str, Any]:
         return self.wait(name, lambda s: s.get("phase") in ("Succeeded", "Failed"),
                          "Succeeded or Failed", timeout_s)
 
@@ -198,7 +200,7 @@ class Fleet:
 
         return self.wait(name, reached, f"{phase}{what} or later", timeout_s)
 
-    def wait_training(self, name: str, timeout_s: float = 300) -> dict[str, Any]:
+    def wait_training(self, name: str, timeout_s: float = 600) -> dict[str, Any]:
         """Training, held at its first checkpoint (progress comes at checkpoints). Only a held
         job stays there: without the hold it may finish before the first poll sees it."""
         assert "train" in self.held.get(name, ()), f"job {name}: create it with hold=('train',)"
@@ -332,8 +334,9 @@ class Fleet:
         net = claim_network()
         fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH)
         self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
-        fleet.start(specs, self.kube, NANO_IMAGES if registry_reachable and trainer
-                    else ("node-agent",),
+        images = (("node-agent",) if agents else ()) + (
+            (TRAINER,) if registry_reachable and trainer else ())
+        fleet.start(specs, self.kube, images,
                     __version__, NODE_TIMEOUT_S, lambda _m: None,
                     shared_dirs=(str(self.work / "checkpoints"),))
         if not registry_reachable:

@@ -245,11 +245,11 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
         moved = fleet.wait(name, lambda s, n=name: nodes[n] in ((s.get("training") or {})
                                                                  .get("nodesLost") or [])
                            and s.get("phase") in ("Training", "Succeeded"),
-                           "rescheduled", timeout_s=240)
+                           "rescheduled", timeout_s=420)
         recs[name].recover_s = round(time.monotonic() - at[name], 1)
         assert moved["selection"]["node"] != nodes[name]
     for name in cases:
-        final = fleet.wait_done(name, timeout_s=600)  # both may now share one node
+        final = fleet.wait_done(name, timeout_s=900)  # both may now share one node
         recs[name].final_phase = final["phase"]
         assert final["phase"] == "Succeeded", final
         # Moved once, and neither the API restart nor the token rotation restarted training.
