@@ -192,3 +192,20 @@ def test_nodes_directory_is_under_the_run_dir(real: RealCluster) -> None:
     (node,) = real.fleet.nodes
     assert Path(node.dir).is_relative_to(real.cluster.run_dir)
     assert node.cgroup_root.startswith(f"edgetrain{node.addr.net.slot}-")
+
+
+def test_an_image_streamed_into_one_node_runs(real: RealCluster) -> None:
+    """`stream_import` (no archive on disk): the operator's amd64 member, then a pod of it."""
+    (node,) = real.fleet.nodes
+    real.import_images(node.name, ("operator",), "linux/amd64")
+    assert not real.missing_images(), real.missing_images()
+    pod = _pod("streamed", "Never")
+    pod["spec"]["containers"][0].update(image="ghcr.io/edgetrain/operator:0.1.0",
+                                        command=["python", "-c", "print('streamed')"])
+    real.kube.create(api_path("v1", "pods", NS), pod)
+    done = real.kube.wait_for(api_path("v1", "pods", NS, "streamed"),
+                              lambda p: p.get("status", {}).get("phase") in (
+                                  "Succeeded", "Failed"), timeout_s=120, what="ended")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert real.kube.get_text(api_path("v1", "pods", NS, "streamed", "log")).strip() == \
+        "streamed"
