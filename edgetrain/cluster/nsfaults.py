@@ -19,7 +19,7 @@
 - `restart_kubelet`: the kubelet alone stops and starts (its containers run on): it forgets the
   ServiceAccount tokens it cached and requests new ones for its pods' projected volumes at
   once, which is how a test makes a real kubelet rotate them now.
-- `cut_outside`: the node loses its route to anything outside the cluster's networks (a
+- `cut_outside`: the node loses its route to anything but the local clusters and this host (a
   registry, DNS): an image it does not hold cannot be pulled, and says so at once.
 
 The device twin is the board's hardware model and runs outside the node (`twinhost`): a power
@@ -27,6 +27,8 @@ loss does not reset it."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -105,10 +107,24 @@ def restart_kubelet(node: NsNode, timeout_s: float = 30.0) -> None:
 LOCAL_NETWORKS = "198.18.0.0/15"  # every slot's nodes, pods and Services (hostnet.py)
 
 
+def _host_addresses() -> list[str]:
+    """This host's own IPv4 addresses outside loopback and the local clusters' range: the API
+    server's connections to a kubelet come from one of them (the host's veth end has none)."""
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                         check=False).stdout or "[]"
+    local = ipaddress.ip_network(LOCAL_NETWORKS)
+    return sorted({a["local"] for link in json.loads(out) for a in link.get("addr_info", [])
+                   if not ipaddress.ip_address(a["local"]).is_loopback
+                   and ipaddress.ip_address(a["local"]) not in local})
+
+
 def cut_outside(node: NsNode) -> None:
-    """Replace the node's default route with one to the local clusters' networks only."""
+    """Replace the node's default route with routes to the local clusters' networks and to
+    this host's own addresses (the API server reaches the kubelet from one: logs, exec)."""
     inside = [*node.nsenter(), "ip", "route"]
-    for args in (["del", "default"], ["add", LOCAL_NETWORKS, "via", node.addr.gateway]):
+    via = ["via", node.addr.gateway]
+    for args in (["del", "default"], ["add", LOCAL_NETWORKS, *via],
+                 *(["add", f"{a}/32", *via] for a in _host_addresses())):
         res = subprocess.run([*inside, *args], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise RuntimeError(f"node {node.name}: ip route {' '.join(args)}: "

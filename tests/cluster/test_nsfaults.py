@@ -185,6 +185,8 @@ def test_a_node_cut_off_cannot_pull_and_says_so(real: RealCluster) -> None:
     print(f"ErrImagePull after {time.monotonic() - started:.1f} s: "
           f"{done['status']['containerStatuses'][0]['state']['waiting'].get('message')}")
     assert node_schedulable(real.kube.get(api_path("v1", "nodes", name=node.name)))
+    # The API server still reaches the kubelet (a container's log).
+    assert real.kube.get_text(api_path("v1", "pods", NS, "always", "log")) == ""
     real.kube.delete(api_path("v1", "pods", NS, "pull"))
 
 
