@@ -267,7 +267,12 @@ class Fleet:
         return self.kube.get(api_path("v1", "pods", self.ns, pod_name))
 
     def kill_leader(self) -> tuple[str, float]:
-        """SIGKILL the container holding the Lease; (its identity, the kill's monotonic time)."""
+        """SIGKILL the container holding the Lease once the other replica is Ready to take
+        over; (its identity, the kill's monotonic time). A real kubelet restarts a killed
+        container after a back-off that doubles from 10 s (the replica killed before may still
+        be waiting it out): the takeover is measured against a standby that is there."""
+        wait_until(lambda: len(pods := self.operator_pods()) == 2 and all(
+            _ready(p) for p in pods), 180, "both operator replicas Ready", interval_s=0.2)
         who = self.holder()
         assert who, "no replica holds the Lease"
         self.kill(self.pod_of(who))
@@ -418,6 +423,11 @@ class Fleet:
             out.append(f"--- {pod['metadata']['name']} log tail ---\n"
                        + "\n".join(self.log(pod).splitlines()[-25:]))
         return "\n".join(out)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in pod.get("status", {}).get("conditions", []) or [])
 
 
 def hostpath_claim_manifests(namespace: str, path: Path, claim: str = CHECKPOINT_CLAIM,
