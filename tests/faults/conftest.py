@@ -500,7 +500,36 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def _install(fl: Fleet) -> None:
-    """The chart, as users install it, with the fleet's images and fast settings."""
+    """The chart, as users install it, with the fleet's images and fast settings; what was
+    not Ready when it fails."""
+    try:
+        _helm_install(fl)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_not_ready(fl)}") from None
+
+
+def _not_ready(fl: Fleet) -> str:
+    """Every pod of the release's namespaces that is not Ready: its node, phase, containers'
+    states; and the namespaces' Warning Events."""
+    out = []
+    for ns in (fl.ns, fl.agent_ns):
+        for pod in fl.kube.get(api_path("v1", "pods", ns))["items"]:
+            if _ready(pod):
+                continue
+            st = pod.get("status", {})
+            states = [f"{c['name']}: {json.dumps(c.get('state'))[:300]}"
+                      for c in (st.get("initContainerStatuses") or [])
+                      + (st.get("containerStatuses") or [])]
+            out.append(f"pod {ns}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}:"
+                       f" {st.get('phase')} {st.get('conditions')} {states}")
+        for ev in fl.kube.get(api_path("v1", "events", ns))["items"]:
+            if ev.get("type") == "Warning":
+                out.append(f"event {ns} {ev['involvedObject'].get('name')}: {ev['reason']}: "
+                           f"{ev.get('message', '')[:300]}")
+    return "\n".join(out)
+
+
+def _helm_install(fl: Fleet) -> None:
     ns, pool = fl.ns, fl.pool
     helm("install", fl.release, str(CHART), "-n", ns, "--wait", "--timeout", "170s",
          "--set", "operator.replicas=2",
