@@ -30,6 +30,10 @@ STEPS = (
     ("edgetrain node-agent --help", "import time, subprocess; t = time.perf_counter(); "
      "subprocess.run(['edgetrain', 'node-agent', '--help'], capture_output=True, check=True); "
      "print(time.perf_counter() - t)"),
+    # The wrapper of every profile, train and estimate pod (the trainer images only).
+    ("edgetrain worker --help", "import time, subprocess; t = time.perf_counter(); "
+     "subprocess.run(['edgetrain', 'worker', '--help'], capture_output=True, check=True); "
+     "print(time.perf_counter() - t)"),
     ("import torch", "import time; t = time.perf_counter(); import torch; "
                      "print(time.perf_counter() - t)"),
 )
