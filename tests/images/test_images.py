@@ -4,7 +4,9 @@ image lists linux/amd64 and linux/arm64; the node agent of each architecture (ar
 emulation) reads a device twin through a mount and serves /metrics; the operator, logged in with
 a ServiceAccount token at the standard in-pod path, takes a PowerAwareTrainingJob out of
 Pending; the arm64 trainer (the Debian base with PyPI's aarch64 CPU torch) measures a profile
-point and trains a few steps on a twin through the worker wrapper the pods use.
+point and trains a few steps on a twin through the worker wrapper the pods use. Each image
+starts from the bytecode it holds: nothing is compiled when its command starts on a read-only
+root.
 
 The arm64 runs prove the entry points, the arm64 wheels and the wrapper on that architecture,
 not CUDA on a Jetson. Where no engine or no arm64 emulation can be set up (not root, no apt),
