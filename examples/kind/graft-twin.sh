@@ -21,7 +21,11 @@ STASH=/run/edgetrain-twin.stash
 SKIP=(/sys/devices/system/cpu)
 
 [[ -e "$DONE" ]] && exit 0
-[[ -d "$TWIN/sys" ]] || { echo "graft-twin: no twin at $TWIN (expected $TWIN/sys; is \`edgetrain device sim --root\` running on the host, and is it in extraMounts?)" >&2; exit 1; }
+if [[ ! -d "$TWIN/sys" ]]; then
+  echo "graft-twin: no twin at $TWIN (no $TWIN/sys): start \`edgetrain device sim --root DIR\`" \
+    "on the host before the cluster, and mount DIR at $TWIN (extraMounts)" >&2
+  exit 1
+fi
 
 declare -A OPENED=()
 n=0

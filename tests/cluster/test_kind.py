@@ -66,6 +66,8 @@ HOST_OVERLAY: dict[str, Any] = {
 
 @dataclass
 class KindCluster:
+    """A running kind cluster of the example, and the host twins its Jetson workers hold."""
+
     name: str
     kubeconfig: Path
     twins: dict[str, Path]  # board -> the twin's root on the host
@@ -126,6 +128,7 @@ def kind_config(twins: dict[str, Path]) -> dict[str, Any]:
 
 
 def _start_twin(board: str, root: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`edgetrain device sim` on the host, once its tree is written (kind binds it at create)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgetrain", "device", "sim", "--model", board, "--root",
          str(root), "--tick-s", "0.2"], stdout=log.open("wb"), stderr=subprocess.STDOUT)
