@@ -18,7 +18,11 @@ RUN python3 /src/requirements.py /src/pyproject.toml train > /src/requirements.t
  && /opt/venv/bin/pip install $PIP_OPTIONS -r /src/requirements.txt
 COPY README.md /src/
 COPY edgetrain /src/edgetrain
-RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-deps /src \
+# The package's bytecode by hash, not file time (as trainer-jetson.Dockerfile's): the pods'
+# read-only root never compiles it again.
+RUN /opt/venv/bin/pip install $PIP_OPTIONS --no-compile --no-deps /src \
+ && /opt/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
+      "$(/opt/venv/bin/python -c 'import edgetrain, os; print(os.path.dirname(edgetrain.__file__))')" \
  && /opt/venv/bin/python -c "import torch, edgetrain.workloads" \
  && rm -rf /src
 ENV PATH=/opt/venv/bin:$PATH

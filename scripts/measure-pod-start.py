@@ -1,7 +1,7 @@
 """Pod start per image and node on a local cluster with real nodes (`cluster up
 --jetson-runtime real`): for each (node, image, step) a pod runs one Python command; printed
 are the wall time from create to Succeeded (sandbox, CNI, the container, the interpreter) and
-the seconds the command itself measured inside the container. The figures in
+the wall and CPU seconds the command itself measured inside the container. The figures in
 docs/cluster.md ("Real Jetson nodes", "What a real Jetson node costs").
 
     .venv/bin/python scripts/measure-pod-start.py --kubeconfig DIR/kubeconfig \\
@@ -22,16 +22,21 @@ from pathlib import Path
 
 from edgetrain.cluster import KubeClient, api_path
 
-# (name, Python code): each prints the seconds its own part took.
+# (name, Python code): each prints the wall seconds its own part took and the CPU seconds it
+# used (under emulation, QEMU's); CPU seconds vary far less than wall time on a loaded host.
+_TIMED = ("import time, resource; t, c = time.perf_counter(), time.process_time(); {}; "
+          "print(time.perf_counter() - t, time.process_time() - c)")
+_TIMED_RUN = ("import time, resource, subprocess; t = time.perf_counter(); "
+              "subprocess.run({!r}, capture_output=True, check=True); "
+              "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+              "print(time.perf_counter() - t, u.ru_utime + u.ru_stime)")
 STEPS = (
-    ("interpreter", "import time; print(time.process_time())"),
-    ("import edgetrain.kube", "import time; t = time.perf_counter(); import edgetrain.kube; "
-                              "print(time.perf_counter() - t)"),
-    ("edgetrain node-agent --help", "import time, subprocess; t = time.perf_counter(); "
-     "subprocess.run(['edgetrain', 'node-agent', '--help'], capture_output=True, check=True); "
-     "print(time.perf_counter() - t)"),
-    ("import torch", "import time; t = time.perf_counter(); import torch; "
-                     "print(time.perf_counter() - t)"),
+    ("interpreter", "import time; print(time.process_time(), time.process_time())"),
+    ("import edgetrain.kube", _TIMED.format("import edgetrain.kube")),
+    ("edgetrain node-agent --help", _TIMED_RUN.format(["edgetrain", "node-agent", "--help"])),
+    # The wrapper of every profile, train and estimate pod.
+    ("edgetrain worker --help", _TIMED_RUN.format(["edgetrain", "worker", "--help"])),
+    ("import torch", _TIMED.format("import torch")),
 )
 
 
@@ -77,17 +82,20 @@ def main() -> None:
                 runs = [run_pod(client, args.namespace, node, image, code, args.timeout_s)
                         for _ in range(args.repeat)]
                 ok = [r for r in runs if r[2] == "Succeeded"]
-                inner = [float(r[1].split()[-1]) for r in ok if r[1]]
+                inner = [float(r[1].split()[-2]) for r in ok if r[1]]
+                cpu = [float(r[1].split()[-1]) for r in ok if r[1]]
                 rows.append({
                     "node": node, "image": image, "step": step,
                     "pod_s": [round(r[0], 2) for r in runs],
                     "inside_s": [round(x, 2) for x in inner],
+                    "inside_cpu_s": [round(x, 2) for x in cpu],
                     "median_pod_s": round(statistics.median(r[0] for r in runs), 2),
                     "phases": [r[2] for r in runs],
                 })
                 if not args.json:
                     r = rows[-1]
                     print(f"{node:16} {step:30} pod {r['pod_s']} s  inside {r['inside_s']} s"
+                          f" (CPU {r['inside_cpu_s']} s)"
                           f"  {'' if len(ok) == len(runs) else r['phases']}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))

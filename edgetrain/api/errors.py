@@ -1,4 +1,4 @@
-"""The one error type for bad input files: it says what, where, and how to fix it."""
+"""Errors the CLI maps to exit codes: bad input (what, where, how to fix it) and infeasible."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ from pathlib import Path
 
 class BadInputError(ValueError):
     """Any error caused by what the user passed in; the CLI exits 2 with its message."""
+
+
+class InfeasibleError(Exception):
+    """No profiled point is within the power limit (the CLI exits 3); here, not in the planner,
+    so the CLI maps it to its exit code without importing the planner and numpy."""
 
 
 class InputError(BadInputError):

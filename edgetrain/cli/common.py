@@ -11,8 +11,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from edgetrain.api.errors import BadInputError
-from edgetrain.planner import InfeasibleError
+from edgetrain.api.errors import BadInputError, InfeasibleError
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3

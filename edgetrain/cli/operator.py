@@ -12,7 +12,6 @@ import typer
 
 from edgetrain.api.io import write_text_atomic
 from edgetrain.cli.common import exit_codes, stderr
-from edgetrain.pipeline.validate import check_output_path
 
 REPO_CRD_DIRS = (Path("crds"), Path("charts/edgetrain/crds"))
 
@@ -107,6 +106,10 @@ def crds_command(
 ) -> None:
     """Generate the PowerAwareTrainingJob CRD (and kopf's peering CRDs) from the models."""
     from edgetrain.api.crd_files import crd_files
+
+    # Here, not at the top: the job's models and the board table it loads are not what
+    # `edgetrain worker`, the wrapper of every pod, needs at its start.
+    from edgetrain.pipeline.validate import check_output_path
 
     dirs = list(output) if output else list(REPO_CRD_DIRS)
     with exit_codes():

@@ -25,6 +25,7 @@ from edgetrain.cluster import relay
 from edgetrain.cluster.archpolicy import ensure_arch_policy
 from edgetrain.cluster.boards import NodeProfile
 from edgetrain.cluster.gpus import advertise_gpus
+from edgetrain.cluster.hostlimits import raise_inotify_limits
 from edgetrain.cluster.hostnet import (
     NodeNetwork,
     create_dummy,
@@ -105,6 +106,7 @@ class JetsonFleet:
         t0 = time.monotonic()
         self.save()
         self._ensure_net()
+        raise_inotify_limits(log)
         jetsons = [s for s in specs if s.profile.kind == "jetson"]
         if jetsons and self.arch != _host_arch():
             self.timings_s["arch_policy"] = ensure_arch_policy(client, timeout_s)

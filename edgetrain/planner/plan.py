@@ -9,14 +9,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edgetrain.api.efficiency import EfficiencyVector
-from edgetrain.api.errors import BadInputError
+from edgetrain.api.errors import BadInputError, InfeasibleError
 from edgetrain.api.plan import BaselinePoint, Objective, PlanPoint, PlanResult, PowerMetric
 from edgetrain.planner.lut import Lut
 from edgetrain.planner.select import Choice, objective_matrix, select
-
-
-class InfeasibleError(Exception):
-    """No profiled point is within the power limit."""
 
 
 class PlanInputError(BadInputError):

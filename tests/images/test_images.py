@@ -4,7 +4,9 @@ image lists linux/amd64 and linux/arm64; the node agent of each architecture (ar
 emulation) reads a device twin through a mount and serves /metrics; the operator, logged in with
 a ServiceAccount token at the standard in-pod path, takes a PowerAwareTrainingJob out of
 Pending; the arm64 trainer (the Debian base with PyPI's aarch64 CPU torch) measures a profile
-point and trains a few steps on a twin through the worker wrapper the pods use.
+point and trains a few steps on a twin through the worker wrapper the pods use. Each image
+starts from the bytecode it holds: nothing is compiled when its command starts on a read-only
+root.
 
 The arm64 runs prove the entry points, the arm64 wheels and the wrapper on that architecture,
 not CUDA on a Jetson. Where no engine or no arm64 emulation can be set up (not root, no apt),
@@ -327,6 +329,62 @@ def test_operator_container_takes_a_job_out_of_pending(
     assert jobs[0]["metadata"]["ownerReferences"][0]["name"] == job
     running = engine.run("inspect", "--format", "{{.State.Running}}", name)
     assert running.stdout.strip() == "true", logs(engine, name)
+
+
+# Run in an image: records every module Python compiles from source (none, when the image
+# holds valid bytecode for it) while it imports what the image's command imports at its start.
+BYTECODE_CHECK = """
+import json, platform, sys
+from importlib.machinery import SourceFileLoader
+compiled = []
+source_to_code = SourceFileLoader.source_to_code
+def record(self, data, path, *, _optimize=-1):
+    compiled.append(path)
+    return source_to_code(self, data, path, _optimize=_optimize)
+SourceFileLoader.source_to_code = record
+import importlib
+from edgetrain.cli import build_app
+for arg in sys.argv[1:]:
+    build_app(arg) if not arg.startswith("edgetrain.") else importlib.import_module(arg)
+def flags(name):
+    with open(sys.modules[name].__spec__.cached, "rb") as f:
+        return int.from_bytes(f.read(8)[4:], "little")  # 1: unchecked hash, 0: timestamp
+print(json.dumps({"compiled": compiled, "machine": platform.machine(),
+                  "edgetrain": flags("edgetrain.cli"), "typer": flags("typer.main")}))
+"""
+UNCHECKED_HASH, TIMESTAMP = 1, 0
+
+
+def start_imports(engine: Engine, image: str, arch: str, *imports: str) -> dict[str, Any]:
+    """BYTECODE_CHECK in IMAGE with a read-only root, as the chart runs pods; bytecode writing
+    left on, so that a missing .pyc would be compiled (and recorded) on every start."""
+    out = engine.run("run", "--rm", "--read-only", "--arch", arch, "--entrypoint", "python3",
+                     "-e", "PYTHONDONTWRITEBYTECODE=", image, "-c", BYTECODE_CHECK, *imports,
+                     timeout_s=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["machine"] == {"amd64": "x86_64", "arm64": "aarch64"}[arch], result
+    return result
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_torch_free_images_start_from_their_bytecode(engine: Engine, arch: str) -> None:
+    """Nothing compiles at a pod's start: the package and its dependencies carry bytecode
+    checked by hash, not by file time (which a build or a registry may rewrite)."""
+    for name, imports in (("operator", ("operator", "edgetrain.operator.handlers")),
+                          ("node-agent", ("node-agent", "edgetrain.node_agent.agent"))):
+        result = start_imports(engine, engine.images[name], arch, *imports)
+        assert result["compiled"] == [], (name, result["compiled"][:20])
+        assert (result["edgetrain"], result["typer"]) == (UNCHECKED_HASH, UNCHECKED_HASH), name
+
+
+def test_arm64_trainer_starts_from_its_bytecode(engine: Engine, trainer_cpu: str) -> None:
+    """The profile and train pods' wrapper and CLI (torch itself is imported by the workload;
+    its bytecode is pip's, by file time, which the image keeps)."""
+    result = start_imports(engine, trainer_cpu, "arm64", "worker", "profile",
+                           "edgetrain.operator.worker", "numpy")
+    assert result["compiled"] == [], result["compiled"][:20]
+    assert (result["edgetrain"], result["typer"]) == (UNCHECKED_HASH, TIMESTAMP)
 
 
 @pytest.fixture(scope="session")
