@@ -286,7 +286,8 @@ def train_command(
         device, prec = check_device(device, precision)
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
-        has_device = sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+        has_device = (sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+                      or _jetson_sysfs())
         if gpu_freq:
             parse_frequency_hz(gpu_freq)
             if not has_device:
@@ -372,6 +373,19 @@ def train_command(
         )
     if not outcome.reached_target:
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
+
+
+def _jetson_sysfs() -> bool:
+    """Whether this machine's /sys has a Jetson GPU's devfreq node: a Jetson, or a pod on a
+    real node over a device twin (whose runtime gives containers the twin's sysfs)."""
+    from edgetrain.device.devfreq import GpuDevfreq
+    from edgetrain.device.errors import DeviceError
+
+    try:
+        GpuDevfreq.discover("/")
+    except DeviceError:
+        return False
+    return True
 
 
 def _awaited_setting(
