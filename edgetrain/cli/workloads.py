@@ -318,7 +318,11 @@ def train_command(
         session: DeviceSession | None = None
         if has_device:
             try:
-                session = DeviceSession(sysfs_root)
+                # With --await-pin the node agent pins this pod's clock and restores it when
+                # the pod ends: the session asks nothing and restores nothing (a restricted
+                # pod's /sys is read-only; restoring there failed the README's real train pod).
+                session = DeviceSession(sysfs_root, clock_request=(
+                    _agent_holds_the_pin if awaited is not None else None))
             except DeviceError as exc:
                 raise PlanInputError(f"no usable device: {exc}") from None
 
@@ -373,6 +377,10 @@ def train_command(
         )
     if not outcome.reached_target:
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
+
+
+def _agent_holds_the_pin(_gpu_freq_hz: int | None) -> None:
+    """--await-pin's clock request: none; the pod's annotation asked the node agent already."""
 
 
 def _jetson_sysfs() -> bool:
