@@ -5,12 +5,17 @@
 #   scripts/build-images.sh --engine-only          install podman (root + apt) if no engine
 #   scripts/build-images.sh --emulation-only       register arm64 emulation (qemu + binfmt_misc)
 #   scripts/build-images.sh --base-only ARCH ...   make the local Debian base of each ARCH
-#   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator trainer
-#                                                  trainer-cpu (default: operator node-agent)
+#   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator
+#                                                  estimator-cpu trainer trainer-cpu
+#                                                  (default: operator node-agent)
 # Images and architectures:
 #   operator, node-agent  one tag, a manifest list of linux/amd64 and linux/arm64 (ARCHES): the
 #                         GPU server and the Jetsons pull the same reference
 #   estimator             linux/amd64 (the GPU server's CUDA torch)
+#   estimator-cpu         linux/amd64 on the local Debian base with PyPI's x86-64 torch wheel
+#                         (pinned as trainer-cpu's is): the estimator on a server without a GPU
+#                         (`edgetrain cluster up`'s). PyPI has no CPU-only x86-64 torch: the
+#                         wheel brings its CUDA libraries, which load and stay unused
 #   trainer               linux/arm64 on a JetPack base (TRAINER_BASE; images/README.md)
 #   trainer-cpu           linux/arm64 on the local Debian base with PyPI's aarch64 CPU torch:
 #                         the trainer's entry points under emulation, no CUDA
@@ -44,6 +49,8 @@ read -r -a ARCH_LIST <<<"${ARCHES:-amd64 arm64}"
 # The last PyPI torch for aarch64 without CUDA: later aarch64 wheels are CUDA 13 (SBSA) builds
 # that need several GB of NVIDIA libraries. trainer-cpu pins it; nothing else does.
 CPU_TORCH_AARCH64="torch==2.9.1"
+# The same torch for the CPU estimator (x86-64: PyPI's only build is CUDA's; it runs on CPUs).
+CPU_TORCH_X86_64="torch==2.9.1"
 
 # Bump when the base's package list or excludes change (the cached tar is keyed by it).
 BASE_REV=5
@@ -409,6 +416,13 @@ for image in "${IMAGES[@]}"; do
       build "$ref" estimator-cuda.Dockerfile "$(base_for amd64 "${ESTIMATOR_BASE:-${BASE:-}}")" \
         amd64 train
       push_one "$ref" ;;
+    estimator-cpu)
+      # The estimator's Dockerfile on the local Debian base, torch pinned: estimate pods on the
+      # local cluster's (GPU-less) server nodes. The CUDA estimator stays for GPU servers.
+      ref="$REGISTRY/estimator-cpu:$TAG"
+      build "$ref" estimator-cuda.Dockerfile "$(base_for amd64 "${BASE:-}")" amd64 train \
+        "$CPU_TORCH_X86_64"
+      push_one "$ref" ;;
     trainer)
       # The Dockerfile's default base is a JetPack image (NVIDIA's registry); an explicit
       # TRAINER_BASE picks another L4T release (images/README.md).
@@ -425,6 +439,6 @@ for image in "${IMAGES[@]}"; do
       build "$ref" trainer-jetson.Dockerfile "$(base_for arm64 "${BASE:-}")" arm64 train \
         "$CPU_TORCH_AARCH64"
       push_one "$ref" ;;
-    *) die "unknown image $image (operator, node-agent, estimator, trainer, trainer-cpu)" ;;
+    *) die "unknown image $image (operator, node-agent, estimator, estimator-cpu, trainer, trainer-cpu)" ;;
   esac
 done
