@@ -11,8 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from edgetrain.cluster.forkserver import shared_fork_server
+
+
+def skip_here_fail_in_ci(reason: str | None, in_ci: str, here: str) -> None:
+    """Nothing where `reason` is None; else a failure in CI (`make setup` provides what real
+    nodes, kind or images need there) and a skip saying why anywhere else."""
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{in_ci}: {reason}")
+    pytest.skip(f"{here}: {reason}")
+
 
 # Profiling options that keep a twin measurement to a fraction of a second per point.
 FAST_PROFILE_ARGS = [

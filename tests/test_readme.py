@@ -21,6 +21,7 @@ from edgetrain.cluster.jetsons import STATE_FILE as JETSONS_STATE
 from edgetrain.cluster.jetsons import jetson_leftovers
 from edgetrain.cluster.nsnode import SOCKET as NS_SOCKET
 from edgetrain.cluster.realnode import STATE_FILE, leftovers
+from tests.helpers import skip_here_fail_in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -95,10 +96,8 @@ def test_on_a_cluster_block_runs_as_written() -> None:
     finally:
         down = run_block(f"source .venv/bin/activate\n{last}\n", tmp_path, timeout_s=180)
     assert down.returncode == 0, down.stdout + down.stderr
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real node in CI: {reason}")
-        pytest.skip(f"the block ran on virtual nodes only; real-node checks: {reason}")
+    skip_here_fail_in_ci(reason, "no real node in CI",
+                         "the block ran on virtual nodes only; real-node checks")
     assert leftovers(run_dir, state) == []
     assert jetson_leftovers(run_dir, ns_state) == []
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -23,6 +23,7 @@ from edgetrain.cluster.images import podman_ref
 from edgetrain.cluster.jetsons import STATE_FILE, jetson_leftovers
 from edgetrain.cluster.realnode import missing_binaries
 from edgetrain.kube import Obj
+from tests.helpers import skip_here_fail_in_ci
 from tests.observability.test_chart import CHART, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -64,10 +65,8 @@ def _agent_image_up_to_date() -> None:
 def jetson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
     """`cluster up` with one real arm64 Nano and no server; (run dir, its jetsons.json)."""
     reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real Jetson node in CI: {reason}")
-        pytest.skip(f"this host cannot run a real Jetson node: {reason}")
+    skip_here_fail_in_ci(reason, "no real Jetson node in CI",
+                         "this host cannot run a real Jetson node")
     _agent_image_up_to_date()
     run_dir = tmp_path_factory.mktemp("jetson") / "c"
     started = time.monotonic()

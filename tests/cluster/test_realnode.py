@@ -18,6 +18,7 @@ from edgetrain.cluster import KubeClient, api_path, binaries
 from edgetrain.cluster.images import PAUSE_IMAGE
 from edgetrain.cluster.realnode import STATE_FILE, leftovers
 from edgetrain.kube import node_ready
+from tests.helpers import skip_here_fail_in_ci
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,12 +30,8 @@ def _edgetrain(*args: str, timeout_s: float = 400) -> subprocess.CompletedProces
 
 def require_real_node() -> None:
     """Skip, saying why, where this host cannot run a kubelet; in CI that is a failure."""
-    reason = real_node_unavailable()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"no real node in CI: {reason}")
-    pytest.skip(f"this host cannot run a kubelet: {reason}")
+    skip_here_fail_in_ci(real_node_unavailable(), "no real node in CI",
+                         "this host cannot run a kubelet")
 
 
 @pytest.fixture(scope="module")
