@@ -53,6 +53,10 @@ if ((${#missing[@]})); then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install \
     -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# kind bind-mounts the host's /lib/modules into every node (read-only); a host without loadable
+# modules (this machine kind) has no such folder, and the node container would not start.
+[[ -d /lib/modules ]] || as_root mkdir -p /lib/modules \
+  || die "/lib/modules is missing and cannot be made (needs root): kind's nodes mount it"
 
 GO="$(bash "$ROOT/scripts/build-k8s.sh" --print-go-path)"
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$ROOT/hack/k8s/go.mod")"
