@@ -49,8 +49,9 @@ read -r -a ARCH_LIST <<<"${ARCHES:-amd64 arm64}"
 # The last PyPI torch for aarch64 without CUDA: later aarch64 wheels are CUDA 13 (SBSA) builds
 # that need several GB of NVIDIA libraries. trainer-cpu pins it; nothing else does.
 CPU_TORCH_AARCH64="torch==2.9.1"
-# The same torch for the CPU estimator (x86-64: PyPI's only build is CUDA's; it runs on CPUs).
-CPU_TORCH_X86_64="torch==2.9.1"
+# The CPU estimator's torch (x86-64: PyPI's only build is CUDA's, whose libraries torch links
+# even on CPUs). CUDA 13's libraries are 3.0 GB against CUDA 12's 4.4 GB (2.9.1).
+CPU_TORCH_X86_64="torch==2.15.0"
 
 # Bump when the base's package list or excludes change (the cached tar is keyed by it).
 BASE_REV=5
@@ -220,7 +221,8 @@ wheel_dir() {  # machine (x86_64|aarch64), extras ("" or "train"), extra require
       wheels=("$dir/$name"-*.whl)
       local wheel="${wheels[0]}"
       sed -i "/^$name\([<>=!~ ;]\|\$\)/d" "$dir/requirements.txt"
-      "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" \
+      # A pinned torch is a CPU image's: its GPU compiler (triton) is not downloaded.
+      "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" --without-triton \
         >>"$dir/requirements.txt"
     fi
     # setuptools and wheel: the package stage builds the wheel from /wheels too.
@@ -397,8 +399,7 @@ if [[ "${1:-}" == "--emulation-only" ]]; then
   exit 0
 fi
 # One build at a time per image store: two builds that publish the same manifest list at once
-# (two test workers, two checkouts) leave a list whose instance manifest is missing, and then
-# every `podman images` fails until the list is removed.
+# (two test workers, two checkouts) would remove and make it under each other.
 if [[ "$ENGINE" == podman ]]; then
   BUILD_LOCK="${EDGETRAIN_BUILD_LOCK:-/run/edgetrain-build-images.lock}"
   exec {lock_fd}>>"$BUILD_LOCK"
