@@ -93,6 +93,8 @@ demo: $(STAMP) data
 # binfmt_misc) on other hosts, makes a Debian base per architecture with mmdebstrap when BASE is
 # unset (no registry needed) and caches wheels per architecture in $(CACHE_DIR)/wheels.
 #   make images-core                  operator + node agent, each one tag for amd64 and arm64
+#   make images-local                 + the CPU trainer (arm64) and CPU estimator (amd64): what
+#                                     `edgetrain cluster up`'s real nodes run (README's block)
 #   make images                       + estimator (amd64, CUDA torch, GB) and trainer (arm64, JetPack)
 #   make images SKIP_IMAGES="trainer" CONTAINER_ENGINE=docker BASE=python:3.11-slim-bookworm
 #   make images-core PUSH=1           also push (the release workflow)
@@ -105,7 +107,7 @@ PUSH ?=
 IMAGE_ENV = REGISTRY=$(REGISTRY) TAG=$(TAG) CONTAINER_ENGINE=$(CONTAINER_ENGINE) \
 	ARCHES="$(ARCHES)" PUSH=$(PUSH) \
 	PYTHON=$(if $(wildcard $(BIN)/python),$(abspath $(BIN)/python),$(PYTHON))
-.PHONY: images images-core container-engine chart-push
+.PHONY: images images-core images-local container-engine chart-push
 # Outside CI a machine where no engine or emulation can be installed (not root, no apt) still
 # gets the other tests; tests/images then skips with the reason. In CI this must succeed.
 container-engine:
@@ -116,6 +118,9 @@ container-engine:
 
 images-core:
 	$(IMAGE_ENV) bash scripts/build-images.sh operator node-agent
+
+images-local:
+	$(IMAGE_ENV) bash scripts/build-images.sh operator node-agent trainer-cpu estimator-cpu
 
 images:
 	$(IMAGE_ENV) bash scripts/build-images.sh \

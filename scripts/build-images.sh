@@ -5,12 +5,17 @@
 #   scripts/build-images.sh --engine-only          install podman (root + apt) if no engine
 #   scripts/build-images.sh --emulation-only       register arm64 emulation (qemu + binfmt_misc)
 #   scripts/build-images.sh --base-only ARCH ...   make the local Debian base of each ARCH
-#   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator trainer
-#                                                  trainer-cpu (default: operator node-agent)
+#   scripts/build-images.sh [IMAGE ...]            IMAGE: operator node-agent estimator
+#                                                  estimator-cpu trainer trainer-cpu
+#                                                  (default: operator node-agent)
 # Images and architectures:
 #   operator, node-agent  one tag, a manifest list of linux/amd64 and linux/arm64 (ARCHES): the
 #                         GPU server and the Jetsons pull the same reference
 #   estimator             linux/amd64 (the GPU server's CUDA torch)
+#   estimator-cpu         linux/amd64 on the local Debian base with PyPI's x86-64 torch wheel
+#                         (pinned as trainer-cpu's is): the estimator on a server without a GPU
+#                         (`edgetrain cluster up`'s). PyPI has no CPU-only x86-64 torch: the
+#                         wheel brings its CUDA libraries, which load and stay unused
 #   trainer               linux/arm64 on a JetPack base (TRAINER_BASE; images/README.md)
 #   trainer-cpu           linux/arm64 on the local Debian base with PyPI's aarch64 CPU torch:
 #                         the trainer's entry points under emulation, no CUDA
@@ -44,6 +49,9 @@ read -r -a ARCH_LIST <<<"${ARCHES:-amd64 arm64}"
 # The last PyPI torch for aarch64 without CUDA: later aarch64 wheels are CUDA 13 (SBSA) builds
 # that need several GB of NVIDIA libraries. trainer-cpu pins it; nothing else does.
 CPU_TORCH_AARCH64="torch==2.9.1"
+# The CPU estimator's torch (x86-64: PyPI's only build is CUDA's, whose libraries torch links
+# even on CPUs). CUDA 13's libraries are 3.0 GB against CUDA 12's 4.4 GB (2.9.1).
+CPU_TORCH_X86_64="torch==2.15.0"
 
 # Bump when the base's package list or excludes change (the cached tar is keyed by it).
 BASE_REV=5
@@ -213,7 +221,8 @@ wheel_dir() {  # machine (x86_64|aarch64), extras ("" or "train"), extra require
       wheels=("$dir/$name"-*.whl)
       local wheel="${wheels[0]}"
       sed -i "/^$name\([<>=!~ ;]\|\$\)/d" "$dir/requirements.txt"
-      "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" \
+      # A pinned torch is a CPU image's: its GPU compiler (triton) is not downloaded.
+      "$PYTHON" "$ROOT/images/requirements.py" --wheel-deps "$wheel" "$machine" --without-triton \
         >>"$dir/requirements.txt"
     fi
     # setuptools and wheel: the package stage builds the wheel from /wheels too.
@@ -390,8 +399,7 @@ if [[ "${1:-}" == "--emulation-only" ]]; then
   exit 0
 fi
 # One build at a time per image store: two builds that publish the same manifest list at once
-# (two test workers, two checkouts) leave a list whose instance manifest is missing, and then
-# every `podman images` fails until the list is removed.
+# (two test workers, two checkouts) would remove and make it under each other.
 if [[ "$ENGINE" == podman ]]; then
   BUILD_LOCK="${EDGETRAIN_BUILD_LOCK:-/run/edgetrain-build-images.lock}"
   exec {lock_fd}>>"$BUILD_LOCK"
@@ -409,6 +417,13 @@ for image in "${IMAGES[@]}"; do
       build "$ref" estimator-cuda.Dockerfile "$(base_for amd64 "${ESTIMATOR_BASE:-${BASE:-}}")" \
         amd64 train
       push_one "$ref" ;;
+    estimator-cpu)
+      # The estimator's Dockerfile on the local Debian base, torch pinned: estimate pods on the
+      # local cluster's (GPU-less) server nodes. The CUDA estimator stays for GPU servers.
+      ref="$REGISTRY/estimator-cpu:$TAG"
+      build "$ref" estimator-cuda.Dockerfile "$(base_for amd64 "${BASE:-}")" amd64 train \
+        "$CPU_TORCH_X86_64"
+      push_one "$ref" ;;
     trainer)
       # The Dockerfile's default base is a JetPack image (NVIDIA's registry); an explicit
       # TRAINER_BASE picks another L4T release (images/README.md).
@@ -425,6 +440,6 @@ for image in "${IMAGES[@]}"; do
       build "$ref" trainer-jetson.Dockerfile "$(base_for arm64 "${BASE:-}")" arm64 train \
         "$CPU_TORCH_AARCH64"
       push_one "$ref" ;;
-    *) die "unknown image $image (operator, node-agent, estimator, trainer, trainer-cpu)" ;;
+    *) die "unknown image $image (operator, node-agent, estimator, estimator-cpu, trainer, trainer-cpu)" ;;
   esac
 done

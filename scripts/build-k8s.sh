@@ -105,14 +105,9 @@ progress() {
 log "building Kubernetes ${K8S_VERSION} + etcd ${ETCD_VERSION} with ${GO_VERSION} into $BIN_DIR"
 log "cold builds take 10-25 min on 2 cores; warm Go caches make this a ~1-2 min relink"
 cd "$MOD_DIR"
-BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-LDFLAGS="-s -w"
-# Stamp exactly the module version: /version, kubectl skew checks and Helm's KubeVersion read it.
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  LDFLAGS+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1"
-  LDFLAGS+=" -X ${pkg}.gitMinor=${K8S_MINOR} -X ${pkg}.gitTreeState=archive"
-  LDFLAGS+=" -X ${pkg}.gitCommit= -X ${pkg}.buildDate=${BUILD_DATE}"
-done
+# shellcheck source=scripts/k8s-ldflags.sh
+source "$ROOT/scripts/k8s-ldflags.sh"
+LDFLAGS="$(k8s_ldflags "$K8S_VERSION" "$K8S_MINOR")"
 
 log "downloading modules listed in hack/k8s/go.sum (several hundred MB when cold)"
 "$GO" mod download || { log "FAILED: go mod download"; exit 1; }

@@ -53,6 +53,10 @@ if ((${#missing[@]})); then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install \
     -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# kind bind-mounts the host's /lib/modules into every node (read-only); a host without loadable
+# modules (this machine kind) has no such folder, and the node container would not start.
+[[ -d /lib/modules ]] || as_root mkdir -p /lib/modules \
+  || die "/lib/modules is missing and cannot be made (needs root): kind's nodes mount it"
 
 GO="$(bash "$ROOT/scripts/build-k8s.sh" --print-go-path)"
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$ROOT/hack/k8s/go.mod")"
@@ -77,7 +81,7 @@ KUBECTL="${KUBECTL:-$(command -v kubectl || true)}"
 
 NODE_IMAGE="$REPO/node:$K8S_VERSION"
 GO_VERSION="$("$GO" env GOVERSION)"
-SRC_HASH="$(cat "${BASH_SOURCE[0]}" "$MOD_DIR"/go.mod "$MOD_DIR"/go.sum "$MOD_DIR"/*.Containerfile \
+SRC_HASH="$(cat "${BASH_SOURCE[0]}" "$ROOT/scripts/k8s-ldflags.sh" "$MOD_DIR"/go.mod "$MOD_DIR"/go.sum "$MOD_DIR"/*.Containerfile \
   "$BIN_DIR/manifest.txt" "$BIN_DIR/node-manifest.txt" "$KUBECTL" | sha256sum | cut -c1-16)"
 MANIFEST_WANT="kind=${KIND_VERSION} k8s=${K8S_VERSION} go=${GO_VERSION} src=${SRC_HASH} rev=${BUILD_REV}"
 LABEL="io.edgetrain.kind-node"
@@ -127,13 +131,9 @@ KIND_SRC="$("$GO" env GOMODCACHE)/sigs.k8s.io/kind@${KIND_VERSION}/images/base/f
 [[ -f "$KIND_SRC/usr/local/bin/entrypoint" ]] || die "kind's images/base/files not in $KIND_SRC"
 
 step "compiling kubeadm and kube-proxy ${K8S_VERSION} (hack/kind; warm Go cache: ~1.5 min)"
-LDFLAGS="-s -w"
-BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  LDFLAGS+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1"
-  LDFLAGS+=" -X ${pkg}.gitMinor=${K8S_MINOR} -X ${pkg}.gitTreeState=archive"
-  LDFLAGS+=" -X ${pkg}.gitCommit= -X ${pkg}.buildDate=${BUILD_DATE}"
-done
+# shellcheck source=scripts/k8s-ldflags.sh
+source "$ROOT/scripts/k8s-ldflags.sh"
+LDFLAGS="$(k8s_ldflags "$K8S_VERSION" "$K8S_MINOR")"
 (cd "$MOD_DIR" && "$GO" build -mod=readonly -trimpath -ldflags "$LDFLAGS" -o "$WORK/" \
   k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy) || die "FAILED: kubeadm, kube-proxy"
 version="$("$WORK/kubeadm" version -o short)"

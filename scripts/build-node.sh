@@ -77,13 +77,9 @@ START_S=$SECONDS
 STAGE="$(mktemp -d "$BIN_DIR/.node-stage.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
 
-LDFLAGS="-s -w"
-BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  LDFLAGS+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1"
-  LDFLAGS+=" -X ${pkg}.gitMinor=${K8S_MINOR} -X ${pkg}.gitTreeState=archive"
-  LDFLAGS+=" -X ${pkg}.gitCommit= -X ${pkg}.buildDate=${BUILD_DATE}"
-done
+# shellcheck source=scripts/k8s-ldflags.sh
+source "$ROOT/scripts/k8s-ldflags.sh"
+LDFLAGS="$(k8s_ldflags "$K8S_VERSION" "$K8S_MINOR")"
 
 log "compiling kubelet ${K8S_VERSION} (warm Go cache from build-k8s.sh: ~25 s)"
 (cd "$MOD_DIR" && "$GO" build -mod=readonly -trimpath -ldflags "$LDFLAGS" -o "$STAGE/kubelet" \

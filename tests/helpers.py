@@ -11,8 +11,35 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from edgetrain.cluster.forkserver import shared_fork_server
+
+
+def skip_here_fail_in_ci(reason: str | None, in_ci: str, here: str) -> None:
+    """Nothing where `reason` is None; else a failure in CI (`make setup` provides what real
+    nodes, kind or images need there) and a skip saying why anywhere else."""
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{in_ci}: {reason}")
+    pytest.skip(f"{here}: {reason}")
+
+
+def project_image_up_to_date(name: str) -> None:
+    """Project image `name` built from this tree, as `make images-core` builds it (a no-op when
+    its stamp names these sources): an image from older sources would test older code."""
+    from edgetrain.cluster.images import podman_ref
+
+    root = Path(__file__).resolve().parents[1]
+    # The Makefile's registry, which `podman_ref` tries first (a stale image there would win).
+    env = dict(os.environ, REGISTRY="ghcr.io/edgetrain", PYTHON=sys.executable,
+               CONTAINERS_CONF=str(root / "images" / "containers.conf"))
+    built = subprocess.run(["bash", str(root / "scripts" / "build-images.sh"), name],
+                           capture_output=True, text=True, env=env, timeout=2400)
+    assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
+    assert podman_ref(name, "0.1.0") is not None, built.stdout
+
 
 # Profiling options that keep a twin measurement to a fraction of a second per point.
 FAST_PROFILE_ARGS = [

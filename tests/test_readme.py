@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 
 import edgetrain
-from edgetrain.cli.cluster import real_node_unavailable
+from edgetrain.api.keys import LABEL_PHASE
+from edgetrain.cli.cluster import REAL_SERVER_NAME, real_node_unavailable
 from edgetrain.cluster import KubeClient, api_path, binaries
+from edgetrain.cluster.jetsons import STATE_FILE as JETSONS_STATE
+from edgetrain.cluster.jetsons import jetson_leftovers
+from edgetrain.cluster.nsnode import SOCKET as NS_SOCKET
 from edgetrain.cluster.realnode import STATE_FILE, leftovers
+from tests.helpers import skip_here_fail_in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,10 +45,11 @@ def run_block(script: str, tmp_path: Path, timeout_s: float,
 
 @pytest.mark.slow
 def test_on_a_cluster_block_runs_as_written() -> None:
-    """cluster up, helm install --wait, a job to Succeeded, kubectl logs, cluster down: the
-    operator runs from its image on the real server node (a kubelet with containerd) where
-    this host can run one, the node agents and the job's pods on virtual nodes; nothing of
-    edgetrain runs outside the cluster but the control plane and the virtual nodes."""
+    """cluster up, helm install --wait, a job to Succeeded, kubectl logs, cluster down, on real
+    kubelets only where this host can run them: the operator from its image on a server node,
+    the estimate pods from the CPU estimator on the servers (amd64), the node agents and the
+    profile and train pods from their arm64 images on the Nanos under QEMU; nothing of
+    edgetrain runs outside the cluster but the control plane."""
     script = block("On a cluster")
     assert "helm install" in script and "kubectl logs" in script
     # The job runs in a namespace that enforces Pod Security `restricted`, and succeeds there.
@@ -77,6 +83,8 @@ def test_on_a_cluster_block_runs_as_written() -> None:
         assert "condition met" in out.stdout
         assert re.search(r"digits-5w\s+Succeeded\s+\d+\s+\d+", out.stdout), out.stdout
         _trained_onto_the_claim(run_dir, jobs[1])
+        if reason is None:
+            _every_pod_on_a_real_kubelet(run_dir, jobs[1])
         # kubectl logs reached the operator's pod on its node through the API server.
         assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ",
                          out.stdout, re.M), out.stdout
@@ -84,21 +92,21 @@ def test_on_a_cluster_block_runs_as_written() -> None:
             assert killed is not None
             _operator_runs_from_its_image_on_the_real_node(run_dir, restarted_from=killed)
             state = json.loads((run_dir / STATE_FILE).read_text())
+            ns_state = json.loads((run_dir / JETSONS_STATE).read_text())
     finally:
         down = run_block(f"source .venv/bin/activate\n{last}\n", tmp_path, timeout_s=180)
     assert down.returncode == 0, down.stdout + down.stderr
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real node in CI: {reason}")
-        pytest.skip(f"the block ran on virtual nodes only; real-node checks: {reason}")
+    skip_here_fail_in_ci(reason, "no real node in CI",
+                         "the block ran on virtual nodes only; real-node checks")
     assert leftovers(run_dir, state) == []
+    assert jetson_leftovers(run_dir, ns_state) == []
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
-    """The restricted train pod kept its checkpoints on the namespace's claim: the NFS export
-    of examples/checkpoint-storage.yaml holds them, written by the worker UID; the profile pod
-    had its clocks set by the node agent."""
+    """The restricted train pod kept its checkpoints on the namespace's claim: the host
+    directory of examples/checkpoint-storage-local.yaml (every node's, at the same path) holds
+    them, written by the worker UID; the profile pod had its clocks set by the node agent."""
     with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
         job = kube.get(api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", namespace,
                                 "digits-5w"))
@@ -107,7 +115,7 @@ def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
         pv = kube.get(api_path("v1", "persistentvolumes", name=claim["spec"]["volumeName"]))
     # The chart's checkpointDir, where the claim is mounted, and the export are one path here.
     ckpt = Path(job["status"]["training"]["checkpointDir"])
-    export = Path(pv["spec"]["nfs"]["path"])
+    export = Path(pv["spec"]["hostPath"]["path"])
     assert ckpt.is_relative_to(export), (ckpt, export)
     files = list(ckpt.glob("*.pt"))
     assert files and all(f.stat().st_uid == 65532 for f in files), (ckpt, files)
@@ -117,6 +125,36 @@ def _trained_onto_the_claim(run_dir: Path, namespace: str) -> None:
                                       fieldSelector="reason=GpuFrequencyPinned")["items"]
                   if "-profile-" in e["involvedObject"]["name"]]
     assert pinned and all(e["source"]["component"] == "edgetrain-node-agent" for e in pinned)
+
+
+def _every_pod_on_a_real_kubelet(run_dir: Path, namespace: str) -> None:
+    """The job's pods ran on containerd kubelets: estimation from the CPU estimator on amd64
+    servers, profiling and training from the CPU trainer on arm64 (emulated) Jetsons."""
+    with KubeClient.from_kubeconfig(run_dir / "kubeconfig") as kube:
+        pods = kube.get(api_path("v1", "pods", namespace))["items"]
+        nodes = {n["metadata"]["name"]: n for n in kube.get(api_path("v1", "nodes"))["items"]}
+    roles: dict[str, set[tuple[str, str, str]]] = {}
+    for pod in pods:
+        role = pod["metadata"].get("labels", {}).get(LABEL_PHASE, "")
+        node = nodes[pod["spec"]["nodeName"]]
+        roles.setdefault(role, set()).add((
+            pod["spec"]["containers"][0]["image"].rsplit("/", 1)[-1].split(":")[0],
+            node["metadata"]["labels"]["kubernetes.io/arch"],
+            node["status"]["nodeInfo"]["containerRuntimeVersion"].split(":")[0]))
+    assert roles.get("estimate") == {("estimator-cpu", "amd64", "containerd")}, roles
+    assert roles.get("train") == {("trainer-cpu", "arm64", "containerd")}, roles
+    assert roles.get("profile", set()) <= {("trainer-cpu", "arm64", "containerd")}, roles
+
+
+def _node_ctr(run_dir: Path, node: str) -> list[str]:
+    """`ctr` against a node's containerd: the host's server node's socket, or a namespaced
+    node's from inside its namespaces."""
+    if node == REAL_SERVER_NAME and (run_dir / STATE_FILE).exists():
+        return [str(binaries.bin_dir() / "ctr"), "--address",
+                str(run_dir / "node" / "ctd" / "ctd.sock")]
+    holder = json.loads((run_dir / JETSONS_STATE).read_text())["nodes"][node]["pids"]["ns"]
+    return ["nsenter", f"--target={holder['pid']}", "--mount", "--net", "--",
+            str(binaries.bin_dir() / "ctr"), "--address", NS_SOCKET]
 
 
 def _operator_pod(kube: KubeClient) -> dict[str, Any]:
@@ -145,8 +183,7 @@ def _kill_the_operator_mid_job(run_dir: Path) -> tuple[str, str]:
     # Where it landed instead, and what the nodes said: the affinity only prefers the real one.
     assert container_id.startswith("containerd://"), (container_id, pod["spec"]["nodeName"],
                                                       nodes)
-    socket = run_dir / "node" / "ctd" / "ctd.sock"
-    kill = subprocess.run([str(binaries.bin_dir() / "ctr"), "--address", str(socket), "-n",
+    kill = subprocess.run([*_node_ctr(run_dir, pod["spec"]["nodeName"]), "-n",
                            "k8s.io", "task", "kill", "-s", "SIGKILL",
                            container_id.removeprefix("containerd://")],
                           capture_output=True, text=True, timeout=60)

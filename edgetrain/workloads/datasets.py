@@ -155,7 +155,10 @@ def _mnist() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
 
 @cache
 def _digits() -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    path = _require("digits", catalog.DATASETS["digits"].data_path)
+    info = catalog.DATASETS["digits"]
+    path = info.path()
+    if not path.exists():
+        raise DatasetMissingError("digits", path)
     with gzip.open(path, "rt") as handle:
         table = np.loadtxt(handle, delimiter=",", dtype=np.float32)
     small = table[:, :64].reshape(-1, 8, 8) / 16.0

@@ -22,7 +22,7 @@ import pytest
 from edgetrain import __version__
 from edgetrain.cluster import KubeClient, LocalCluster
 from edgetrain.cluster.hostnet import cannot_run_kubelet, claim_network, remove_links
-from edgetrain.cluster.images import CHART_REGISTRY, ImportResult, podman_ref, stream_import
+from edgetrain.cluster.images import ImportResult, import_project_images
 from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import NsNode
@@ -66,15 +66,8 @@ class RealCluster:
         """More images into one node (what only that node needs), streamed from podman: no
         archive on disk beside containerd's two copies."""
         node = self.node(name)
-        for image in images:
-            ref = podman_ref(image, __version__)
-            if ref is None:
-                self.images.append(ImportResult(f"{CHART_REGISTRY}/{image}:{__version__}",
-                                                missing="not in podman's store"))
-                continue
-            stream_import(node.ctr(), ref, platform,
-                          [ref, f"{CHART_REGISTRY}/{image}:{__version__}"])
-            self.images.append(ImportResult(ref, source=ref))
+        self.images += import_project_images(node.ctr(), node.dir / "image-exports",
+                                             __version__, images, platform)
 
 
 @contextlib.contextmanager

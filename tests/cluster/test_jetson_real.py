@@ -19,10 +19,10 @@ import pytest
 from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, LABEL_EMULATED_ARCH
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.cluster.hostnet import cannot_run_kubelet
-from edgetrain.cluster.images import podman_ref
 from edgetrain.cluster.jetsons import STATE_FILE, jetson_leftovers
 from edgetrain.cluster.realnode import missing_binaries
 from edgetrain.kube import Obj
+from tests.helpers import project_image_up_to_date, skip_here_fail_in_ci
 from tests.observability.test_chart import CHART, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -48,27 +48,13 @@ def _unavailable() -> str | None:
     return reason
 
 
-def _agent_image_up_to_date() -> None:
-    """The node-agent image built from this tree, as `make images-core` builds it (a no-op when
-    its stamp names these sources): an image from older sources would test older code."""
-    # The Makefile's registry, which `podman_ref` tries first (a stale image there would win).
-    env = dict(os.environ, REGISTRY="ghcr.io/edgetrain", PYTHON=sys.executable,
-               CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
-    built = subprocess.run(["bash", str(ROOT / "scripts" / "build-images.sh"), "node-agent"],
-                           capture_output=True, text=True, env=env, timeout=2400)
-    assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
-    assert podman_ref("node-agent", "0.1.0") is not None, built.stdout
-
-
 @pytest.fixture(scope="module")
 def jetson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
     """`cluster up` with one real arm64 Nano and no server; (run dir, its jetsons.json)."""
     reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real Jetson node in CI: {reason}")
-        pytest.skip(f"this host cannot run a real Jetson node: {reason}")
-    _agent_image_up_to_date()
+    skip_here_fail_in_ci(reason, "no real Jetson node in CI",
+                         "this host cannot run a real Jetson node")
+    project_image_up_to_date("node-agent")
     run_dir = tmp_path_factory.mktemp("jetson") / "c"
     started = time.monotonic()
     up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0",

@@ -30,6 +30,7 @@ from edgetrain.cluster import KubeClient, api_path
 from edgetrain.cluster.boards import profile
 from edgetrain.cluster.images import podman_ref
 from edgetrain.kube import Obj
+from tests.helpers import skip_here_fail_in_ci
 from tests.observability.test_chart import CHART, helm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -182,10 +183,7 @@ def _leftovers(name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindCluster]:
     reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"kind cannot run in CI: {reason}")
-        pytest.skip(f"kind cannot run here: {reason}")
+    skip_here_fail_in_ci(reason, "kind cannot run in CI", "kind cannot run here")
     _build_prerequisites()
     tmp = tmp_path_factory.mktemp("kind")
     name = f"et-kind-{os.getpid()}"

@@ -197,7 +197,8 @@ def test_nodes_directory_is_under_the_run_dir(real: RealCluster) -> None:
 
 
 def test_an_image_streamed_into_one_node_runs(real: RealCluster) -> None:
-    """`stream_import` (no archive on disk): the operator's amd64 member, then a pod of it."""
+    """An image streamed into one node (no archive on disk): the operator's amd64 member, then
+    a pod of it."""
     (node,) = real.fleet.nodes
     real.import_images(node.name, ("operator",), "linux/amd64")
     assert not real.missing_images(), real.missing_images()

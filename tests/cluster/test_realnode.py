@@ -15,9 +15,10 @@ import pytest
 
 from edgetrain.cli.cluster import REAL_SERVER_NAME, real_node_unavailable
 from edgetrain.cluster import KubeClient, api_path, binaries
-from edgetrain.cluster.images import PAUSE_IMAGE
+from edgetrain.cluster.images import CHART_REGISTRY, PAUSE_IMAGE, ImageExports
 from edgetrain.cluster.realnode import STATE_FILE, leftovers
 from edgetrain.kube import node_ready
+from tests.helpers import project_image_up_to_date, skip_here_fail_in_ci
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,12 +30,8 @@ def _edgetrain(*args: str, timeout_s: float = 400) -> subprocess.CompletedProces
 
 def require_real_node() -> None:
     """Skip, saying why, where this host cannot run a kubelet; in CI that is a failure."""
-    reason = real_node_unavailable()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"no real node in CI: {reason}")
-    pytest.skip(f"this host cannot run a kubelet: {reason}")
+    skip_here_fail_in_ci(real_node_unavailable(), "no real node in CI",
+                         "this host cannot run a kubelet")
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +122,44 @@ def test_pod_runs_from_a_local_image_under_restricted(real_kube: KubeClient) -> 
     bad["spec"]["containers"][0]["securityContext"] = {}
     with pytest.raises(Exception, match="violates PodSecurity"):
         real_kube.create(api_path("v1", "pods", ns), bad)
+    real_kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
+
+
+def test_an_image_for_one_node_is_streamed_one_for_several_exported_once(
+        real_cluster: tuple[Path, str], real_kube: KubeClient, tmp_path: Path) -> None:
+    """An image going to one node is piped from podman into containerd, no archive on disk
+    (for the CPU estimator, a third copy of 5 GB); one going to several nodes is exported
+    once. Either way the node runs a pod from it."""
+    project_image_up_to_date("node-agent")
+    run_dir, _ = real_cluster
+    ctr = [str(binaries.bin_dir() / "ctr"), "--address", str(run_dir / "node" / "ctd" / "ctd.sock")]
+    for shared, archived in ((frozenset(), False),
+                             (frozenset({("node-agent", "linux/amd64")}), True)):
+        exports = ImageExports(tmp_path / f"exports-{archived}", "0.1.0", shared)
+        try:
+            (got,) = exports.import_into(ctr, ["node-agent"], "linux/amd64")
+            assert not got.missing, got
+            assert exports.work_dir.exists() is archived
+        finally:
+            exports.clean()
+        assert not exports.work_dir.exists()
+    ns = "real-streamed"
+    real_kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": ns}})
+    real_kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _s: True,
+                       timeout_s=30, what="default ServiceAccount")
+    real_kube.create(api_path("v1", "pods", ns), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": REAL_SERVER_NAME},
+                 "restartPolicy": "Never", "automountServiceAccountToken": False,
+                 "containers": [{"name": "c", "imagePullPolicy": "Never",
+                                 "image": f"{CHART_REGISTRY}/node-agent:0.1.0",
+                                 "command": ["python", "-c", "print('streamed')"]}]}})
+    done = real_kube.wait_for(api_path("v1", "pods", ns, "p"),
+                              lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                              timeout_s=180, what="Succeeded or Failed")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert real_kube.get_text(api_path("v1", "pods", ns, "p", "log")).strip() == "streamed"
     real_kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
 
 

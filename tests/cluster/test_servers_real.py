@@ -27,6 +27,7 @@ from edgetrain.cluster.realnode import STATE_FILE as REAL_STATE
 from edgetrain.cluster.realnode import leftovers
 from edgetrain.kube import Obj
 from tests.cluster.test_jetson_real import _heartbeat, _unavailable
+from tests.helpers import skip_here_fail_in_ci
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -50,10 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     reason = _unavailable()
     if reason is None and podman_ref("node-agent", "0.1.0") is None:
         reason = "no node-agent image in podman (`make images-core`)"
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real nodes in CI: {reason}")
-        pytest.skip(f"this host cannot run real nodes: {reason}")
+    skip_here_fail_in_ci(reason, "no real nodes in CI", "this host cannot run real nodes")
     run_dir = tmp_path_factory.mktemp("servers") / "c"
     started = time.monotonic()
     up = _edgetrain("cluster", "up", "--jetson", "nano=2", "--server", "2",

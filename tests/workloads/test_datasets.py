@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgetrain.workloads import catalog
 from edgetrain.workloads import datasets as ds
 
 
@@ -82,12 +83,30 @@ def test_vocabulary_is_the_papers() -> None:
 
 def test_missing_set_says_run_make_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EDGETRAIN_DATA_DIR", str(tmp_path))
-    ds._digits.cache_clear()
+    ds._mnist.cache_clear()
     try:
         with pytest.raises(ds.DatasetMissingError, match=r"Run `make data`"):
-            ds.load_images("digits")
+            ds.load_images("mnist")
+    finally:
+        ds._mnist.cache_clear()
+
+
+def test_digits_ship_with_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a data folder (a pod on a real node) digits loads from the package's copy, the
+    very file `make data` installs."""
+    installed = catalog.data_dir() / catalog.DATASETS["digits"].data_path
+    monkeypatch.setenv("EDGETRAIN_DATA_DIR", str(tmp_path))
+    ds._digits.cache_clear()
+    try:
+        assert catalog.DATASETS["digits"].installed()
+        data = ds.load_images("digits")
+        assert len(data.x_train) + len(data.x_test) == 1_797
     finally:
         ds._digits.cache_clear()
+    packaged = catalog.PACKAGE_DATA / "sklearn-digits.csv.gz"
+    monkeypatch.delenv("EDGETRAIN_DATA_DIR")
+    if installed.exists():
+        assert installed.read_bytes() == packaged.read_bytes()
 
 
 def test_unknown_set_lists_the_known_ones() -> None:
