@@ -11,13 +11,10 @@ up` (tests/test_readme.py) and beside the host's real server node."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from edgetrain import __version__
 from edgetrain.cluster import KubeClient, LocalCluster
@@ -27,6 +24,7 @@ from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import NsNode
 from edgetrain.cluster.realnode import missing_binaries
+from tests.helpers import skip_here_fail_in_ci
 
 
 def unavailable() -> str | None:
@@ -39,11 +37,7 @@ def unavailable() -> str | None:
 
 def skip_or_fail_without_kubelets() -> None:
     """Skip (fail in CI) where this host cannot run a kubelet."""
-    reason = unavailable()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"no real node in CI: {reason}")
-        pytest.skip(f"this host cannot run a real node: {reason}")
+    skip_here_fail_in_ci(unavailable(), "no real node in CI", "this host cannot run a real node")
 
 
 @dataclass
