@@ -9,7 +9,7 @@ recorded for the summary at the end.
 The Nanos are arm64 under QEMU, as a Jetson is and as the README runs them, with the arm64
 CPU trainer (1.1 GB). EDGETRAIN_FAULTS_JETSON_ARCH=amd64 runs them natively (labelled as not
 emulated), training about six times faster, but with the CPU estimator as their trainer: PyPI
-has no CPU-only x86-64 torch, so that image is 7.6 GB with its CUDA libraries, per node."""
+has no CPU-only x86-64 torch, so that image is 5.1 GB with its CUDA libraries, per node."""
 
 from __future__ import annotations
 
