@@ -86,6 +86,8 @@ class JetsonFleet:
     owns_net: bool = False
     ip_forward: str = ""
     timings_s: dict[str, float] = field(default_factory=dict)
+    # The cluster's CA, where the fleet's folder is not the cluster's (more nodes added later)
+    pki_dir: Path | None = None
 
     def save(self) -> None:
         """Record everything there is to tear down (called after every step)."""
@@ -115,7 +117,7 @@ class JetsonFleet:
             self.timings_s["arch_policy"] = ensure_arch_policy(client, timeout_s)
         if jetsons:
             self._start_twins(jetsons, timeout_s)
-        pki = Pki(self.run_dir / "pki")
+        pki = Pki(self.pki_dir or self.run_dir / "pki")
         for i, spec in enumerate(specs):
             server = spec.profile.kind == "server"
             node = NsNode(self.run_dir, spec.name, NsAddress(self.net, i),

@@ -337,7 +337,8 @@ class Fleet:
         specs = node_specs({"jetson-nano": count}, prefix=f"{self.pool}-{label}")
         run_dir = self.work / f"extra-{label}"
         net = claim_network()
-        fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH)
+        fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH,
+                            pki_dir=self.cluster.pki.dir)
         self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
         images = (("node-agent",) if agents else ()) + (
             (TRAINER,) if registry_reachable and trainer else ())

@@ -288,13 +288,15 @@ def _restart_api_server(fleet: Fleet) -> None:
 
 def _token_file(fleet: Fleet, pod: dict[str, Any]) -> Path:
     """The operator pod's projected ServiceAccount token, as its kubelet wrote it (in the
-    node's mount namespace)."""
+    node's mount namespace). Read through `..data`, the kubelet's root-owned link to its
+    latest write: `token` is a link owned by the pod's user in a sticky, world-writable folder,
+    which fs.protected_symlinks forbids root to follow (EACCES)."""
     meta = pod["metadata"]
     vol = next(v["name"] for v in pod["spec"]["volumes"]
                if any("serviceAccountToken" in s for s in (v.get("projected") or {})
                       .get("sources", [])))
     return fleet.pod_file(pod, f"/var/lib/kubelet/pods/{meta['uid']}/volumes/"
-                          f"kubernetes.io~projected/{vol}/token")
+                          f"kubernetes.io~projected/{vol}/..data/token")
 
 
 def _status_with(fleet: Fleet, token: str) -> int:
