@@ -86,8 +86,10 @@ class JetsonFleet:
     owns_net: bool = False
     ip_forward: str = ""
     timings_s: dict[str, float] = field(default_factory=dict)
-    # The cluster's CA, where the fleet's folder is not the cluster's (more nodes added later)
+    # Nodes added to a cluster on a slot of their own: the cluster's CA (the fleet's folder has
+    # none) and the API server's address, which its certificate names (not this slot's).
     pki_dir: Path | None = None
+    api_ip: str = ""
 
     def save(self) -> None:
         """Record everything there is to tear down (called after every step)."""
@@ -124,7 +126,7 @@ class JetsonFleet:
                           server_labels(spec.name, spec.profile.board, spec.bare) if server
                           else jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
                           twin_root=None if server else self._twin_root(spec.name),
-                          shared_dirs=tuple(shared_dirs))
+                          shared_dirs=tuple(shared_dirs), api_ip=self.api_ip)
             self.nodes.append(node)
             node.prepare(pki, timeout_s, self.save)
         t_images = time.monotonic()

@@ -338,7 +338,7 @@ class Fleet:
         run_dir = self.work / f"extra-{label}"
         net = claim_network()
         fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH,
-                            pki_dir=self.cluster.pki.dir)
+                            pki_dir=self.cluster.pki.dir, api_ip=self.cluster.api_service_ip)
         self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
         images = (("node-agent",) if agents else ()) + (
             (TRAINER,) if registry_reachable and trainer else ())

@@ -314,9 +314,13 @@ def _status_with(fleet: Fleet, token: str) -> int:
 def _rotate_operator_token(fleet: Fleet) -> None:
     """Revoke the operator's token (its ServiceAccount recreated) and rotate the token files
     as the kubelet does: both replicas go on with the new token, without a restart."""
+    # A replica the API server's restart made exit (a holder that could not renew) is back.
+    wait_until(lambda: len(pods := fleet.operator_pods()) == 2 and all(pod_ready(p) for p in pods),
+               180, "both operator replicas Ready", interval_s=0.5)
     pods = fleet.operator_pods()
     restarts = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
                 for p in pods}
+    holder = (fleet.holder() or "").rsplit("_", 1)[0]
     files = {p["metadata"]["name"]: _token_file(fleet, p) for p in pods}
     old = {n: f.read_text() for n, f in files.items()}
     assert all(_status_with(fleet, t) == 200 for t in old.values())
@@ -345,7 +349,11 @@ def _rotate_operator_token(fleet: Fleet) -> None:
                        " a new job is seen and its status written (BadInput)"))
     after = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
              for p in fleet.operator_pods()}
-    assert after == restarts, (restarts, after)  # re-read the token, no restart needed
+    # The standby re-reads the new token, no restart. The holder stops acting (exits) when it
+    # cannot renew for its renew deadline (5 s here), and on real nodes the old token is
+    # refused until its kubelet, restarted, writes the new one: it may have stepped down once.
+    assert all(after[n] == restarts[n] for n in after if n != holder), (holder, restarts, after)
+    assert after.get(holder, 0) - restarts.get(holder, 0) <= 1, (holder, restarts, after)
 
 # Issue 31: a job whose worker cannot start says why within 30 s of its creation.
 SAY_WHY_S = 30
