@@ -27,7 +27,12 @@ from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.boards import profile
 from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
 from edgetrain.cluster.gpus import advertise_gpus
-from edgetrain.cluster.hostnet import NodeNetwork, cannot_run_kubelet, pick_network
+from edgetrain.cluster.hostnet import (
+    NodeNetwork,
+    cannot_run_kubelet,
+    claim_network,
+    remove_links,
+)
 from edgetrain.cluster.images import CORE_IMAGES, import_project_images
 from edgetrain.cluster.jetsons import ARCHES as JETSON_ARCHES
 from edgetrain.cluster.jetsons import JETSON_IMAGES, SERVER_IMAGES, JetsonFleet, teardown_jetsons
@@ -213,11 +218,14 @@ def up(
                                       bare=bare)
                 if s.profile.kind == "jetson" or (
                     ns_servers and not (real and s.name == REAL_SERVER_NAME))]
-    net = pick_network() if not reused and (real == "new" or ns_specs) else None
+    # Claimed (its interface made) at once: a cluster started beside this one takes another.
+    net = claim_network() if not reused and (real == "new" or ns_specs) else None
     try:
         cluster = LocalCluster(run_dir, detached=True, service_cidr=(
             net.service_cidr if net is not None else SERVICE_CIDR)).start(timeout_s)
     except (ComponentError, binaries.BinaryMissingError) as exc:
+        if net is not None:
+            remove_links(net)
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
     virtual_servers = 0 if real_runtime else server - (1 if real else 0)

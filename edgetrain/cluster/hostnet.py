@@ -7,6 +7,7 @@ iptables rule. Also: whether this host can run a kubelet at all, and why not."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -21,6 +22,9 @@ IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 DUMMY_PREFIX = "etnode"
 BRIDGE_PREFIX = "etcni"
 SLOTS = range(1, 250)
+# Host-wide: held while a slot is picked and claimed (its interface created), so two clusters
+# started at once (`cluster up`, a test session's fleet, another xdist worker) never share one.
+SLOT_LOCK = Path(os.environ.get("EDGETRAIN_SLOT_LOCK", "/run/edgetrain-slots.lock"))
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,17 @@ def pick_network() -> NodeNetwork:
     raise RuntimeError("no free 198.18.N.0/24 slot for a real node on this host")
 
 
+def claim_network() -> NodeNetwork:
+    """Pick a free slot and create its interface at once, under a host-wide lock: the
+    interface is the claim (`pick_network` skips a slot whose interface exists)."""
+    SLOT_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with SLOT_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        net = pick_network()
+        create_dummy(net)
+        return net
+
+
 def add_local_link(name: str) -> str:
     """Create an interface for local addresses only: a dummy one, or where the kernel has no
     dummy driver (this machine kind), a bridge without ports. Returns "" or the error."""
@@ -126,7 +141,9 @@ def create_dummy(net: NodeNetwork) -> None:
             raise RuntimeError(f"cannot create interface {net.dummy}: {problem}")
     for address in (net.node_ip, net.api_service_ip):
         res = _ip("addr", "add", f"{address}/32", "dev", net.dummy, check=False)
-        if res.returncode != 0 and "File exists" not in res.stderr:
+        # Made before (`claim_network`): iproute2 says "File exists" or "already assigned".
+        if res.returncode != 0 and not any(
+                m in res.stderr for m in ("File exists", "already assigned")):
             raise RuntimeError(f"ip addr add {address} dev {net.dummy}: {res.stderr.strip()}")
     _ip("link", "set", net.dummy, "up")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -35,6 +36,7 @@ from edgetrain.cluster.hostnet import (
     restore_ip_forward,
 )
 from edgetrain.cluster.images import ImageExports, ImportResult
+from edgetrain.cluster.node_teardown import STATE_FILE as REAL_SERVER_STATE
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import MAX_NS_NODES, NsAddress, NsNode, wait_for
 from edgetrain.cluster.nsnode_teardown import ns_leftovers, teardown_ns_node
@@ -84,6 +86,10 @@ class JetsonFleet:
     owns_net: bool = False
     ip_forward: str = ""
     timings_s: dict[str, float] = field(default_factory=dict)
+    # Nodes added to a cluster on a slot of their own: the cluster's CA (the fleet's folder has
+    # none) and the API server's address, which its certificate names (not this slot's).
+    pki_dir: Path | None = None
+    api_ip: str = ""
 
     def save(self) -> None:
         """Record everything there is to tear down (called after every step)."""
@@ -113,14 +119,14 @@ class JetsonFleet:
             self.timings_s["arch_policy"] = ensure_arch_policy(client, timeout_s)
         if jetsons:
             self._start_twins(jetsons, timeout_s)
-        pki = Pki(self.run_dir / "pki")
+        pki = Pki(self.pki_dir or self.run_dir / "pki")
         for i, spec in enumerate(specs):
             server = spec.profile.kind == "server"
             node = NsNode(self.run_dir, spec.name, NsAddress(self.net, i),
                           server_labels(spec.name, spec.profile.board, spec.bare) if server
                           else jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
                           twin_root=None if server else self._twin_root(spec.name),
-                          shared_dirs=tuple(shared_dirs))
+                          shared_dirs=tuple(shared_dirs), api_ip=self.api_ip)
             self.nodes.append(node)
             node.prepare(pki, timeout_s, self.save)
         t_images = time.monotonic()
@@ -168,8 +174,9 @@ class JetsonFleet:
 
     def _ensure_net(self) -> None:
         """The cluster's interface and `kubernetes` Service relay, unless a real server node
-        made them (it keeps them until its own teardown)."""
-        if link_exists(self.net.dummy):
+        made them (it keeps them until its own teardown). The interface may exist already:
+        `claim_network` makes it when it picks the slot."""
+        if (self.run_dir / REAL_SERVER_STATE).exists() or self.owns_net:
             return
         self.owns_net, self.ip_forward = True, read_ip_forward()
         self.save()
@@ -222,6 +229,10 @@ def teardown_jetsons(run_dir: Path, log: Log = lambda _m: None) -> bool:
                 time.sleep(0.05)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(rec["pid"]), signal.SIGKILL)
+    # The twins write their trees under the nodes' directories until they stop: what they
+    # wrote after a node's files went is removed now.
+    for node in state.get("nodes", {}).values():
+        shutil.rmtree(node["dir"], ignore_errors=True)
     if state.get("owns_net"):
         remove_links(NodeNetwork(**state["net"]))
         restore_ip_forward(str(state.get("ip_forward", "")))

@@ -133,9 +133,11 @@ def setup(spec: dict[str, object]) -> None:
     g = Grafter()
     binds = dict(spec["binds"])  # type: ignore[call-overload]
     for target, source in sorted(binds.items()):
-        if os.path.lexists(target) and _is_dir(target) == _is_dir(source):
-            _mount("--bind", source, target)
-            continue
+        # Always in an opened parent, never bound over the host's own directory: the host's
+        # real server node (realnode.py) makes /var/lib/kubelet and removes it at its
+        # teardown, and a removed directory takes every mount on it, in every namespace, with
+        # it (this node's kubelet then failed: `mkdir /var/lib/kubelet/device-plugins/: no
+        # such file or directory`).
         parent = os.path.dirname(target)
         if not os.path.isdir(parent):
             raise OSError(f"cannot make {target}: no directory {parent} on this host")

@@ -173,6 +173,9 @@ class NsNode:
     # Host directories the node sees at the same path, read-write (the local cluster's shared
     # checkpoint directory, which a hostPath PersistentVolume names).
     shared_dirs: tuple[str, ...] = ()
+    # The API server's address where it is not this node's slot's `kubernetes` Service (nodes
+    # added to a cluster on a slot of their own: the server's certificate names the cluster's).
+    api_ip: str = ""
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)
     mnt_ns: str = ""
@@ -197,7 +200,7 @@ class NsNode:
     @property
     def api_url(self) -> str:
         """The API server as the node reaches it: the `kubernetes` Service address, relayed."""
-        return f"https://{self.addr.net.api_service_ip}:443"
+        return f"https://{self.api_ip or self.addr.net.api_service_ip}:443"
 
     def log_path(self, name: str) -> Path:
         """Log of one of the node's processes."""
@@ -220,13 +223,19 @@ class NsNode:
         to tear down."""
         self._save = save
         self._write_configs(pki)
+        self.boot(timeout_s)
+        write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
+        ctr_import(self.ctr(), self.dir / "pause.oci.tar", PAUSE_IMAGE)
+
+    def boot(self, timeout_s: float = 120.0) -> None:
+        """What starts when the board powers on, from its files: cgroup root, namespaces,
+        network, containerd (its images kept under /var/lib/containerd); then the kubelet
+        (`start_kubelet`). `prepare` runs it, and `nsfaults.power_on` after a power loss."""
         make_cgroup_root(self.cgroup_root)
         self._save()
         self._start_namespaces(timeout_s)
         self._connect()
         self._start_containerd(timeout_s)
-        write_pause_archive(binaries.bin_dir() / "pause", self.dir / "pause.oci.tar")
-        ctr_import(self.ctr(), self.dir / "pause.oci.tar", PAUSE_IMAGE)
 
     def _spawn(self, name: str, argv: list[str], runs: str,
                env: dict[str, str] | None = None) -> ManagedProcess:
