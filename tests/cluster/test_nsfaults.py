@@ -33,6 +33,7 @@ from edgetrain.cluster.nsnode_teardown import node_processes
 from edgetrain.cluster.process import pid_alive
 from edgetrain.kube import node_schedulable
 from tests.cluster.realnodes import RealCluster, real_cluster, skip_or_fail_without_kubelets
+from tests.helpers import project_image_up_to_date
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -43,6 +44,7 @@ NS = "default"
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     skip_or_fail_without_kubelets()
+    project_image_up_to_date("node-agent")  # its amd64 member runs the tests' pods
     specs = node_specs({"jetson-nano": 1}, prefix="nsf")
     run_dir = tmp_path_factory.mktemp("nsf")
     with real_cluster(run_dir, specs) as rc:
