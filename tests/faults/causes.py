@@ -14,7 +14,7 @@ from edgetrain.api.keys import LABEL_JOB
 from edgetrain.cluster import KubeApiError, api_path
 from edgetrain.operator.phases import unix_seconds
 from edgetrain.operator.worker_security import restrict
-from tests.faults.conftest import Fleet
+from tests.faults.conftest import TRAINER, Fleet
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 TAINT = {"key": "edgetrain.io/maintenance", "value": "planned", "effect": "NoSchedule"}
@@ -78,7 +78,7 @@ def blocked_workers(fleet: Fleet) -> Iterator[list[Case]]:
         Case("blk-no-node", "Unschedulable", ("untolerated taint",),
              f"the one node of its placement is tainted {TAINT['key']}:NoSchedule"),
         # ErrImagePull or ImagePullBackOff, whichever the deadline meets: the worker image named.
-        Case("blk-image", "ImagePull", ("/trainer:",),
+        Case("blk-image", "ImagePull", (f"/{TRAINER}:",),
              "the one node of its placement cannot reach its registry"),
     ]
     vap = api_path(ADMISSION, "validatingadmissionpolicies", name=policy)

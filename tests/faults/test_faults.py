@@ -273,7 +273,8 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
         assert final["phase"] == "Succeeded", final
         # Moved once, and neither the API restart nor the token rotation restarted training.
         assert final["training"]["nodesLost"] == [nodes[name]]
-        assert final["training"]["attempt"] == 2, final["training"]
+        assert final["training"]["attempt"] == 2, (final["training"], [
+            (e["reason"], e.get("message", "")) for e in fleet.events(name)], fleet.diagnose())
         assert "NodeLost" in fleet.reasons(name, ("NodeLost",))
         # Resumed from the last checkpoint the lost pod wrote: what was lost is the steps
         # after it, less than one checkpoint interval.
