@@ -308,8 +308,10 @@ class Fleet:
         with_status = self.kube.get(api_path("v1", "pods", self.ns))["items"]
         for pod in with_status:
             st = pod.get("status", {})
+            ends = [f"{cs['name']} {json.dumps(cs.get('lastState') or cs.get('state'))}"
+                    for cs in st.get("containerStatuses") or []]
             out.append(f"pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
-                       f"{st.get('phase')}")
+                       f"{st.get('phase')} {'; '.join(ends)}")
         for pod in self.operator_pods():
             out.append(f"--- {pod['metadata']['name']} log tail ---\n"
                        + "\n".join(self.log(pod).splitlines()[-25:]))
