@@ -320,6 +320,12 @@ class Tracker:
                     and (obj.get("status") or {}).get("succeeded")):
                 track.train_done = at
 
+    def training_unseen(self) -> list[str]:
+        """Succeeded jobs whose training Job this bench has not yet seen complete."""
+        with self._lock:
+            return [n for n, t in self.jobs.items()
+                    if t.phase == "Succeeded" and t.train_done is None]
+
     def last_final(self) -> float:
         """When the last job was first seen final (0 if none is)."""
         with self._lock:
@@ -729,6 +735,7 @@ def run_bench(config: OperatorBenchConfig, reporter: Reporter, *, command: str,
             submit_s = time.monotonic() - started
             reporter.start("jobs", total=config.jobs)
             end = _wait_jobs(tracker, started + config.deadline_s, reporter, operator)
+            _wait_training_seen(tracker, time.monotonic() + 30.0)
             sampler.finish()
             end_epoch = time.time()
             if profiler is not None:  # a profile longer than the jobs' window ends later
@@ -880,6 +887,14 @@ def _wait_jobs(tracker: Tracker, deadline: float, reporter: Reporter,
         if time.monotonic() > deadline:
             return time.monotonic()
         time.sleep(1.0)
+
+
+def _wait_training_seen(tracker: Tracker, deadline: float) -> None:
+    """Until the bench's own Job watch has seen each succeeded job's training Job complete:
+    the jobs' watch can deliver the phase first (two streams; a watch relisting after an
+    error lags by a second or more), and the training transition is measured from that Job."""
+    while tracker.training_unseen() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _result(config: OperatorBenchConfig, command: str, tracker: Tracker,

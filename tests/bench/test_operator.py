@@ -250,6 +250,25 @@ def test_the_fleet_is_registered_as_kubelets_leave_it() -> None:
     assert meta["labels"]["beta.kubernetes.io/arch"] == meta["labels"]["kubernetes.io/arch"]
 
 
+def test_a_job_final_before_its_training_job_is_seen_complete_is_waited_for() -> None:
+    """The jobs' watch may deliver Succeeded before the Jobs' watch delivers the training Job's
+    completion (two streams): until it does, the training transition is not measured yet."""
+    from edgetrain.api.keys import LABEL_JOB, LABEL_PHASE
+
+    tracker = Tracker(["bench-00000", "bench-00001"])
+    for name in tracker.jobs:
+        tracker.on_job("MODIFIED", {"metadata": {"name": name},
+                                    "status": {"phase": "Succeeded"}}, 3.0)
+    tracker.on_job("MODIFIED", {"metadata": {"name": "bench-00001"},
+                                "status": {"phase": "Failed"}}, 3.5)
+    assert tracker.training_unseen() == ["bench-00000"]  # a failed job trains no further
+    tracker.on_owned("MODIFIED", {"kind": "Job", "metadata": {
+        "uid": "u1", "labels": {LABEL_JOB: "bench-00000", LABEL_PHASE: "train"}},
+        "status": {"succeeded": 1}}, 3.2)
+    assert tracker.training_unseen() == []
+    assert tracker.jobs["bench-00000"].train_done == 3.2  # the training transition's start
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_tiny_run_succeeds_and_reports_its_keys(tmp_path: Path) -> None:
