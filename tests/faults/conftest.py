@@ -1,14 +1,21 @@
-"""The fault suite's fleet: the session's control plane, a pool of virtual Jetson Nanos of its
-own (one agent per node, so a node can lose power alone), and edgetrain installed from the
-chart as users install it: two operator replicas with leader election on the session's GPU
-server, node agents on the pool. Every fault is recorded for the summary at the end."""
+"""The fault suite's fleet, every node a real kubelet with containerd (docs/cluster.md, "Faults
+on real nodes"): a control plane of its own, three pool Nanos and two GPU servers as
+namespaced nodes (edgetrain/cluster/nsnode.py), and edgetrain installed from the chart as users
+install it: two operator replicas with leader election, one per server, node agents on the
+pool, the jobs' checkpoints on a hostPath volume every node shares. A pod kill is a container
+kill and a node loss a power loss of the node (edgetrain/cluster/nsfaults.py). Every fault is
+recorded for the summary at the end.
+
+The Nanos are arm64 under QEMU, as a Jetson is and as the README runs them, with the arm64
+CPU trainer (1.1 GB). EDGETRAIN_FAULTS_JETSON_ARCH=amd64 runs them natively (labelled as not
+emulated), training about six times faster, but with the CPU estimator as their trainer: PyPI
+has no CPU-only x86-64 torch, so that image is 5.1 GB with its CUDA libraries, per node."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,32 +25,52 @@ from typing import Any
 
 import pytest
 
+from edgetrain import __version__
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
-from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, VNodeAgent, api_path
-from edgetrain.cluster import container_log as vnode_log
+from edgetrain.api.training import TrainingEvent
+from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
+from edgetrain.cluster.hostnet import claim_network, remove_links
+from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import node_specs
+from edgetrain.cluster.nsfaults import cut_outside, kill_container, power_off, restart_kubelet
+from edgetrain.cluster.nsnode import NsNode
 from edgetrain.device import GpuDevfreq
 from edgetrain.operator.manifests import release_configmap_name
-from tests.cluster.fixtures import CHECKPOINT_CLAIM, enforce_pod_security, nfs_claim
+from tests.cluster.fixtures import CHECKPOINT_CLAIM, enforce_pod_security
+from tests.cluster.realnodes import RealCluster, real_cluster, skip_or_fail_without_kubelets
 from tests.node_agent.helpers import wait_until
 from tests.observability.test_chart import CHART, helm
 from tests.operator.conftest import job_manifest, patj_path, seed_efficiency
 
 POOL_NODES = 3
-# The operator replicas run on two virtual servers of their own, one each: pods of a virtual
-# node share its address, and two replicas there would want the same health port.
+# The operator replicas run on two GPU servers, one each (anti-affinity by hostname): the
+# standby must be on another node than the leader whose node a test may take down.
 OPERATOR_NODES = 2
 LEASE = {"leaseDurationSeconds": 8, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
-# Fine-tune on an MNIST subset: long enough to inject a fault while it trains; the estimate
-# (proxy: digits) and the Nano profile are computed once and shared through the caches.
-JOB = {"dataset": {"name": "mnist", "limit": 3000},
+# Fine-tune on a subset of digits, the set a pod finds in the package (a real node's pods see
+# no host data folder): 2,560 samples to the target, 27 s natively on this loaded 2-core host
+# (2026-11-27). Holds keep a fault's job where it is to hit. The estimate (proxy: digits) and
+# the Nano profile are computed once and shared through the caches.
+JOB = {"dataset": {"name": "digits", "limit": 1700},
        "batchSizes": [64], "budget": {"trainSamples": 8192, "evalIntervalSamples": 256}}
 CHECKPOINT_INTERVAL = 256  # the trainer checkpoints at every evaluation
 # A job's phases in order: a wait for one accepts any later one (it may have passed while the
 # test looked elsewhere); Failed counts as later than all, so the caller's assertion says why.
 PHASES = ("Pending", "EstimatingEfficiency", "Profiling", "Selecting", "WaitingForPower",
           "Training", "Succeeded", "Failed")
+JETSON_ARCH = os.environ.get("EDGETRAIN_FAULTS_JETSON_ARCH", "arm64")
+# The trainer for the Nanos' architecture: arm64, the Jetson's CPU variant; amd64, the CPU
+# estimator, which carries the same entry points (`edgetrain worker`, the `train` extra).
+TRAINER = {"arm64": "trainer-cpu", "amd64": "estimator-cpu"}[JETSON_ARCH]
+ESTIMATOR = "estimator-cpu"
+NANO_IMAGES = ("node-agent", TRAINER)
+# Both servers run an operator replica; the estimate pods go to the first only (the chart's
+# serverSelector), the one node that holds the estimator (GBs: PyPI's x86-64 torch brings the
+# CUDA libraries, which load and stay unused).
+SERVER_IMAGES = ("operator",)
+ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
+NODE_TIMEOUT_S = 900.0  # importing the CPU torch images into a node takes minutes here
 
 
 @dataclass
@@ -67,22 +94,34 @@ SUMMARY_FILE: list[Path] = []
 
 
 @dataclass
+class Extra:
+    """Nodes `add_nanos` started: a fleet of their own on a slot of their own (a cluster's
+    slot holds at most seven namespaced nodes), torn down by `remove_extra`."""
+
+    run_dir: Path
+    fleet: JetsonFleet
+
+
+@dataclass
 class Fleet:
     """What the fault tests act on."""
 
     kube: KubeClient
-    cluster: LocalCluster
-    vnodes: VNodeAgent
+    real: RealCluster
     ns: str
     pool: str
-    agents: dict[str, VNodeAgent]  # the Jetson pool
-    op_agents: dict[str, VNodeAgent]  # where the operator replicas run
+    pool_names: list[str]  # the Jetson pool
+    servers: list[str]  # where the operator replicas run
     work: Path = Path()
     release: str = "faults"
     started: float = field(default_factory=time.monotonic)
     stopped: set[str] = field(default_factory=set)  # pool nodes a test powered off
     held: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job → phases held
-    extra: dict[str, VNodeAgent] = field(default_factory=dict)  # add_nanos' agents by label
+    extra: dict[str, Extra] = field(default_factory=dict)  # add_nanos' nodes by label
+
+    @property
+    def cluster(self) -> LocalCluster:
+        return self.real.cluster
 
     # --- jobs ---
 
@@ -146,7 +185,9 @@ class Fleet:
                                    f"status {json.dumps(status)[:1500]}\n{self.diagnose()}")
             time.sleep(0.3)
 
-    def wait_done(self, name: str, timeout_s: float = 300) -> dict[str, Any]:
+    # Generous: a job trains under QEMU on a shared 2-core host (a wait ends as soon as the
+    # state is reached; only a failure waits it out).
+    def wait_done(self, name: str, timeout_s: float = 900) -> dict[str, Any]:
         return self.wait(name, lambda s: s.get("phase") in ("Succeeded", "Failed"),
                          "Succeeded or Failed", timeout_s)
 
@@ -159,7 +200,7 @@ class Fleet:
 
         return self.wait(name, reached, f"{phase}{what} or later", timeout_s)
 
-    def wait_training(self, name: str, timeout_s: float = 300) -> dict[str, Any]:
+    def wait_training(self, name: str, timeout_s: float = 600) -> dict[str, Any]:
         """Training, held at its first checkpoint (progress comes at checkpoints). Only a held
         job stays there: without the hold it may finish before the first poll sees it."""
         assert "train" in self.held.get(name, ()), f"job {name}: create it with hold=('train',)"
@@ -226,11 +267,25 @@ class Fleet:
         return self.kube.get(api_path("v1", "pods", self.ns, pod_name))
 
     def kill_leader(self) -> tuple[str, float]:
-        """SIGKILL the process holding the Lease; (its identity, the kill's monotonic time)."""
+        """SIGKILL the container holding the Lease once the other replica is Ready to take
+        over; (its identity, the kill's monotonic time). A real kubelet restarts a killed
+        container after a back-off that doubles from 10 s (the replica killed before may still
+        be waiting it out): the takeover is measured against a standby that is there."""
+        wait_until(lambda: len(pods := self.operator_pods()) == 2 and all(
+            _ready(p) for p in pods), 180, "both operator replicas Ready", interval_s=0.2)
         who = self.holder()
         assert who, "no replica holds the Lease"
-        sigkill(self.pod_of(who))
+        self.kill(self.pod_of(who))
         return who, time.monotonic()
+
+    def kill(self, pod: dict[str, Any], container: str | None = None) -> int:
+        """kill -9 a running container's process on its node (the kubelet restarts it per the
+        pod's restartPolicy); its pid."""
+        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
+            if (container is None or cs["name"] == container) and "running" in (
+                    cs.get("state") or {}):
+                return kill_container(self.node(pod["spec"]["nodeName"]), cs["containerID"])
+        raise AssertionError(f"pod {pod['metadata']['name']}: no running container")
 
     def wait_new_holder(self, old: str, since: float, timeout_s: float = 60) -> float:
         """Seconds from `since` until a replica other than `old` holds the Lease."""
@@ -243,35 +298,56 @@ class Fleet:
         raise TimeoutError(f"no replica took over the Lease from {old} in {timeout_s} s\n"
                            f"{self.diagnose()}")
 
-    def log(self, pod: dict[str, Any]) -> str:
+    def log(self, pod: dict[str, Any], container: str = "operator") -> str:
+        """A container's log, from its kubelet (`kubectl logs`)."""
+        meta = pod["metadata"]
         try:
-            return vnode_log(pod, "operator").read_text(errors="replace")
-        except (OSError, ValueError) as exc:
+            return self.kube.get_text(api_path("v1", "pods", meta["namespace"], meta["name"],
+                                               "log") + f"?container={container}")
+        except (KubeApiError, OSError) as exc:
             return f"<no log: {exc}>"
 
     # --- nodes ---
 
-    def rotate_tokens(self, pod: str) -> bool:
-        """The kubelet's token rotation, now, for one operator pod."""
-        return any(a.rotate_tokens(self.ns, pod) for a in self.op_agents.values())
+    def node(self, name: str) -> NsNode:
+        """A real node of the fleet or of `add_nanos`."""
+        for fleet in (self.real.fleet, *(e.fleet for e in self.extra.values())):
+            for node in fleet.nodes:
+                if node.name == name:
+                    return node
+        raise KeyError(f"no real node {name} in the fault fleet")
 
-    def vnode_of(self, pod: dict[str, Any]) -> Any:
-        node = pod["spec"]["nodeName"]
-        return {**self.agents, **self.op_agents}[node].nodes[0]
+    def rotate_tokens(self, pod: str) -> bool:
+        """Make the kubelet of the operator pod's node rotate its tokens now: a restarted
+        kubelet has none cached and requests new ones (its containers run on)."""
+        obj = self.kube.get(api_path("v1", "pods", self.ns, pod))
+        restart_kubelet(self.node(obj["spec"]["nodeName"]))
+        return True
 
     def pool_nodes(self) -> list[str]:
-        return sorted(self.agents)
+        return sorted(self.pool_names)
 
-    def add_nanos(self, label: str, count: int = 1, agents: bool = False, **settings: Any
-                  ) -> list[str]:
+    def add_nanos(self, label: str, count: int = 1, agents: bool = False,
+                  registry_reachable: bool = True, trainer: bool = True) -> list[str]:
         """More Nanos outside the pool, labelled edgetrain.io/site=<pool>-<label> for a job's
         placement or a budget; their names. `agents`: in the pool's node-agent DaemonSet too.
-        `settings`: VNodeAgent's (registry_reachable=False: they cannot pull images)."""
+        `registry_reachable=False`: without the trainer image and with no route out, so the
+        worker's image cannot be pulled. `trainer=False`: nodes that run no worker need not
+        hold its image (a GB under arm64)."""
         specs = node_specs({"jetson-nano": count}, prefix=f"{self.pool}-{label}")
-        vn = VNodeAgent(self.kube, specs, self.work / label, restart_backoff_s=0.5,
-                        max_backoff_s=2.0, cluster_ca=self.cluster.pki, **settings)
-        self.extra[label] = vn.start()
-        vn.wait_ready()
+        run_dir = self.work / f"extra-{label}"
+        net = claim_network()
+        fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH,
+                            pki_dir=self.cluster.pki.dir, api_ip=self.cluster.api_service_ip)
+        self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
+        images = (("node-agent",) if agents else ()) + (
+            (TRAINER,) if registry_reachable and trainer else ())
+        fleet.start(specs, self.kube, images,
+                    __version__, NODE_TIMEOUT_S, lambda _m: None,
+                    shared_dirs=(str(self.work / "checkpoints"),))
+        if not registry_reachable:
+            for node in fleet.nodes:
+                cut_outside(node)
         labels = {"edgetrain.io/site": f"{self.pool}-{label}",
                   **({"edgetrain.io/pool": self.pool} if agents else {})}
         for spec in specs:
@@ -280,19 +356,30 @@ class Fleet:
         return [spec.name for spec in specs]
 
     def remove_extra(self) -> None:
-        """Stop the nodes `add_nanos` made, delete their Nodes and their pods (no kubelet is
-        left to confirm a deletion)."""
+        """Stop the nodes `add_nanos` made, then delete their Nodes and their pods (no kubelet
+        is left to confirm a deletion)."""
         for label in list(self.extra):
-            vn = self.extra.pop(label)
-            vn.stop()
-            for node in vn.specs:
-                for pod_ns in (self.ns, self.agent_ns):
-                    for pod in self.kube.get(api_path("v1", "pods", pod_ns),
-                                             fieldSelector=f"spec.nodeName={node.name}")["items"]:
-                        self.kube.delete_ignore_missing(
-                            api_path("v1", "pods", pod_ns, pod["metadata"]["name"]),
-                            {"apiVersion": "v1", "kind": "DeleteOptions",
-                             "gracePeriodSeconds": 0})
+            extra = self.extra.pop(label)
+            names = [n.name for n in extra.fleet.nodes]
+            teardown_jetsons(extra.run_dir)
+            remove_links(extra.fleet.net)
+            for name in names:
+                self.forget_node(name)
+
+    def forget_node(self, name: str) -> None:
+        """Delete a Node whose kubelet is gone, and its pods without waiting for it."""
+        self.kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
+        for pod_ns in (self.ns, self.agent_ns):
+            for pod in self.kube.get(api_path("v1", "pods", pod_ns),
+                                     fieldSelector=f"spec.nodeName={name}")["items"]:
+                self.kube.delete_ignore_missing(
+                    api_path("v1", "pods", pod_ns, pod["metadata"]["name"]),
+                    {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+
+    def power_off(self, name: str) -> None:
+        """A pool node loses power (its kubelet, containerd and containers die at once)."""
+        power_off(self.node(name))
+        self.stopped.add(name)
 
     @property
     def agent_ns(self) -> str:
@@ -300,8 +387,31 @@ class Fleet:
         return f"{self.ns}-node-agent"
 
     def devfreq(self, node: str) -> GpuDevfreq:
-        vnode = self.agents[node].nodes[0]
-        return GpuDevfreq.discover(vnode.host_root)
+        """The node's GPU, in its device twin's tree (what the node mounts as its /sys)."""
+        return GpuDevfreq.discover(self.node(node).dir / "twin")
+
+    def state_file(self, node: str) -> Path:
+        """The node agent's pin state (the chart's hostPath /var/lib/edgetrain on the node)."""
+        return self.node(node).dir / "edgetrain" / "node-agent-state.json"
+
+    def pod_file(self, pod: dict[str, Any], path: str) -> Path:
+        """A file of the pod's node as the node sees it (a volume the kubelet mounted in the
+        node's mount namespace is not in the host's view of the node's directory)."""
+        node = self.node(pod["spec"]["nodeName"])
+        return Path(f"/proc/{node.procs['ns'].pid}/root") / path.lstrip("/")
+
+    def train_progress(self, node: str, job: str) -> list[TrainingEvent]:
+        """The progress lines a job's first training pod wrote on `node` (its container logs
+        stay on the node's disk, in the CRI's format: time, stream, tag, line)."""
+        events = []
+        logs = self.node(node).dir / "log" / "pods"
+        for log in logs.glob(f"{self.ns}_{job}-train-1-*/*/*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                parts = line.split(" ", 3)
+                event = TrainingEvent.from_line(parts[3]) if len(parts) == 4 else None
+                if event is not None:
+                    events.append(event)
+        return events
 
     def diagnose(self) -> str:
         out = []
@@ -318,108 +428,161 @@ class Fleet:
         return "\n".join(out)
 
 
-def container_pid(pod: dict[str, Any], container: str | None = None) -> int:
-    """The local process a virtual node runs for a container (containerID vnode://<pid>)."""
-    for cs in pod.get("status", {}).get("containerStatuses", []) or []:
-        if container is None or cs["name"] == container:
-            cid = str(cs.get("containerID") or "")
-            if cid.startswith("vnode://") and "running" in (cs.get("state") or {}):
-                return int(cid.removeprefix("vnode://"))
-    raise AssertionError(f"pod {pod['metadata']['name']}: no running container")
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in pod.get("status", {}).get("conditions", []) or [])
 
 
-def sigkill(pod: dict[str, Any], container: str | None = None) -> None:
-    """kill -9 a container's processes; its restartPolicy brings it back (as a kubelet does)."""
-    os.killpg(container_pid(pod, container), signal.SIGKILL)
+def hostpath_claim_manifests(namespace: str, path: Path, claim: str = CHECKPOINT_CLAIM,
+                             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ReadWriteMany PV of a hostPath every node shares, and the claim bound to it."""
+    pv_name = f"{claim}-{namespace}-{uuid.uuid4().hex[:5]}"[-253:]
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                   "claimRef": {"namespace": namespace, "name": claim},
+                   "hostPath": {"path": str(path), "type": "Directory"}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": claim, "namespace": namespace},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                    "volumeName": pv_name, "resources": {"requests": {"storage": "1Gi"}}}}
+    return pv, pvc
 
 
 @pytest.fixture(scope="module")
-def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """Pool nodes, a namespace, and the chart installed there (two operator replicas)."""
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """A control plane, pool Nanos and servers as real nodes, a namespace, and the chart
+    installed there (two operator replicas)."""
+    skip_or_fail_without_kubelets()
     work = tmp_path_factory.mktemp("faults")
     tag = uuid.uuid4().hex[:5]
     ns, pool = f"faults-{tag}", f"faults-{tag}"
-    agents: dict[str, VNodeAgent] = {}
-    op_agents: dict[str, VNodeAgent] = {}
-    for i in range(POOL_NODES + OPERATOR_NODES):
-        jetson = i < POOL_NODES
-        specs = (node_specs({"jetson-nano": 1}, prefix=f"f{tag}{i}") if jetson
-                 else node_specs({}, 1, prefix=f"f{tag}{i}"))
-        # The checkpoint claim's NFS export below: writable by the pods' UID 65532.
-        agent = VNodeAgent(kube, specs, work / f"vn{i}", restart_backoff_s=0.5,
-                           max_backoff_s=2.0, cluster_ca=cluster.pki,
-                           shared_dirs=(work / "checkpoints",))
-        (agents if jetson else op_agents)[agent.specs[0].name] = agent.start()
-    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": ns}})
-    # The operator's and the jobs' namespace enforces `restricted`, as the README's do, and
-    # the jobs checkpoint onto a claim every Jetson shares (a moved job resumes from it).
-    enforce_pod_security(kube, ns)
-    claim = contextlib.ExitStack()
-    claim.enter_context(nfs_claim(kube, ns, work / "checkpoints"))
-    fl = Fleet(kube, cluster, vnodes, ns, pool, agents, op_agents, work=work)
+    # Every node sees it at this path, read-write; the workers write it as UID 65532.
+    shared = work / "checkpoints"
+    shared.mkdir()
+    shared.chmod(0o777)
+    specs = [*node_specs({"jetson-nano": POOL_NODES}, prefix=f"f{tag}"),
+             *node_specs({}, OPERATOR_NODES, prefix=f"f{tag}")]
+    with real_cluster(work / "c", specs, JETSON_ARCH, NANO_IMAGES, NODE_TIMEOUT_S,
+                      server_images=SERVER_IMAGES, shared_dirs=(str(shared),)) as real:
+        kube = real.kube
+        names = [s.name for s in specs]
+        real.import_images(names[POOL_NODES], (ESTIMATOR,), "linux/amd64")
+        missing = real.missing_images()
+        assert not missing, f"images podman lacks (`make images-local` builds them): {missing}"
+        fl = Fleet(kube, real, ns, pool, names[:POOL_NODES], names[POOL_NODES:], work=work)
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": ns}})
+        # The operator's and the jobs' namespace enforces `restricted`, as the README's do,
+        # and the jobs checkpoint onto a claim every Jetson shares (a moved job resumes
+        # from it).
+        enforce_pod_security(kube, ns)
+        pv, pvc = hostpath_claim_manifests(ns, shared)
+        kube.create("/api/v1/persistentvolumes", pv)
+        try:
+            kube.create(api_path("v1", "persistentvolumeclaims", ns), pvc)
+            for name in names:
+                # The servers opt out of the node agents, as the chart says a non-Jetson does.
+                opt_out = {} if name in fl.pool_names else {"edgetrain.io/node-agent": "disabled"}
+                estimates = ESTIMATES_LABEL if name == names[POOL_NODES] else {}
+                kube.patch(api_path("v1", "nodes", name=name), {"metadata": {"labels": {
+                    "edgetrain.io/pool": pool, **opt_out, **estimates}}})
+            kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _sa: True,
+                          timeout_s=30, what="default ServiceAccount")
+            _install(fl)
+            yield fl
+        finally:
+            _uninstall(fl)
+            kube.delete_ignore_missing(api_path("v1", "persistentvolumes",
+                                                name=pv["metadata"]["name"]))
+            path = tmp_path_factory.getbasetemp() / "faults-summary.json"
+            path.write_text(json.dumps(summary_totals() | {
+                "faults": [asdict(r) for r in SUMMARY], "jetson_arch": JETSON_ARCH,
+                "wall_s": round(time.monotonic() - fl.started, 1)}, indent=2))
+            SUMMARY_FILE[:] = [path]
+
+
+def _install(fl: Fleet) -> None:
+    """The chart, as users install it, with the fleet's images and fast settings; what was
+    not Ready when it fails."""
     try:
-        for name, agent in {**agents, **op_agents}.items():
-            agent.wait_ready()
-            kube.patch(api_path("v1", "nodes", name=name),
-                       {"metadata": {"labels": {"edgetrain.io/pool": pool}}})
-        kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _sa: True,
-                      timeout_s=30, what="default ServiceAccount")
-        helm("install", fl.release, str(CHART), "-n", ns, "--wait", "--timeout", "180s",
-             "--set", "operator.replicas=2",
-             *[a for k, v in LEASE.items()
-               for a in ("--set-json", f"operator.leaderElection.{k}={v}")],
-             "--set-json", f'operator.nodeSelector={{"edgetrain.io/pool":"{pool}",'
-                           '"edgetrain.io/node-kind":"server"}',
-             "--set-json", "operator.affinity=" + json.dumps({"podAntiAffinity": {
-                 "requiredDuringSchedulingIgnoredDuringExecution": [{
-                     "topologyKey": "kubernetes.io/hostname",
-                     "labelSelector": {"matchLabels": {
-                         "app.kubernetes.io/component": "operator"}}}]}}),
-             "--set", f"operator.settings.namespaces={{{ns}}}",
-             # The chart gives the job namespace its worker identity (the operator makes none).
-             "--set", f"worker.namespaces={{{ns}}}",
-             "--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}",
-             "--set-json", "operator.settings.pollIntervalSeconds=1",
-             "--set-json", "operator.settings.retryBackoffSeconds=1",
-             "--set-json", "operator.settings.progressIntervalSeconds=0.5",
-             "--set-json", "operator.extraEnv=" + json.dumps([
-                 {"name": "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S", "value": "0.3"},
-                 {"name": "EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S", "value": "0.3"},
-                 # edgetrain.io/inject-hold: tests hold a job where the fault is to hit.
-                 {"name": "EDGETRAIN_OPERATOR_FAULT_INJECTION", "value": "true"}]),
-             "--set-json", f'agent.nodeSelector={{"edgetrain.io/pool":"{pool}"}}',
-             "--set", f"agent.metrics.port={free_ports(1)[0]}",
-             kubeconfig=cluster.kubeconfig)
-        fl.kube.wait_for(api_path("coordination.k8s.io/v1", "leases", ns, "edgetrain-operator"),
-                         lambda lease: bool(lease["spec"].get("holderIdentity")), timeout_s=60,
-                         what="a replica holding the Lease")
-        yield fl
-    finally:
-        # A powered-off node never confirms its pods' deletion, so the uninstall would wait out
-        # its timeout for them: its Node goes first and its pods are removed without a kubelet.
+        _helm_install(fl)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_not_ready(fl)}") from None
+
+
+def _not_ready(fl: Fleet) -> str:
+    """Every pod of the release's namespaces that is not Ready: its node, phase, containers'
+    states; and the namespaces' Warning Events."""
+    out = []
+    for ns in (fl.ns, fl.agent_ns):
+        for pod in fl.kube.get(api_path("v1", "pods", ns))["items"]:
+            if _ready(pod):
+                continue
+            st = pod.get("status", {})
+            states = [f"{c['name']}: {json.dumps(c.get('state'))[:300]}"
+                      for c in (st.get("initContainerStatuses") or [])
+                      + (st.get("containerStatuses") or [])]
+            out.append(f"pod {ns}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}:"
+                       f" {st.get('phase')} {st.get('conditions')} {states}")
+        for ev in fl.kube.get(api_path("v1", "events", ns))["items"]:
+            if ev.get("type") == "Warning":
+                out.append(f"event {ns} {ev['involvedObject'].get('name')}: {ev['reason']}: "
+                           f"{ev.get('message', '')[:300]}")
+    return "\n".join(out)
+
+
+def _helm_install(fl: Fleet) -> None:
+    ns, pool = fl.ns, fl.pool
+    helm("install", fl.release, str(CHART), "-n", ns, "--wait", "--timeout", "170s",
+         "--set", "operator.replicas=2",
+         *[a for k, v in LEASE.items()
+           for a in ("--set-json", f"operator.leaderElection.{k}={v}")],
+         "--set-json", f'operator.nodeSelector={{"edgetrain.io/pool":"{pool}",'
+                       '"edgetrain.io/node-kind":"server"}',
+         "--set-json", "operator.affinity=" + json.dumps({"podAntiAffinity": {
+             "requiredDuringSchedulingIgnoredDuringExecution": [{
+                 "topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {
+                     "app.kubernetes.io/component": "operator"}}}]}}),
+         "--set", f"operator.settings.namespaces={{{ns}}}",
+         "--set-json", f"operator.settings.serverSelector={json.dumps(ESTIMATES_LABEL)}",
+         # The chart gives the job namespace its worker identity (the operator makes none).
+         "--set", f"worker.namespaces={{{ns}}}",
+         "--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}",
+         "--set-json", "operator.settings.pollIntervalSeconds=1",
+         "--set-json", "operator.settings.retryBackoffSeconds=1",
+         "--set-json", "operator.settings.progressIntervalSeconds=0.5",
+         "--set-json", "operator.extraEnv=" + json.dumps([
+             {"name": "EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S", "value": "0.3"},
+             {"name": "EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S", "value": "0.3"},
+             # edgetrain.io/inject-hold: tests hold a job where the fault is to hit.
+             {"name": "EDGETRAIN_OPERATOR_FAULT_INJECTION", "value": "true"}]),
+         # The images the nodes hold (imported from podman; nothing can be pulled here).
+         "--set", f"images.estimator.repository={ESTIMATOR}",
+         "--set-json", 'images.estimator.platforms=["linux/amd64"]',
+         "--set", f"images.trainer.repository={TRAINER}",
+         "--set-json", f'images.trainer.platforms=["linux/{JETSON_ARCH}"]',
+         # The pool's Nanos, whatever their architecture (the chart's default selects arm64).
+         "--set-json", 'agent.nodeSelector={"kubernetes.io/arch":null,'
+                       f'"edgetrain.io/pool":"{pool}"}}',
+         "--set", f"agent.metrics.port={free_ports(1)[0]}",
+         kubeconfig=fl.cluster.kubeconfig)
+    fl.kube.wait_for(api_path("coordination.k8s.io/v1", "leases", ns, "edgetrain-operator"),
+                     lambda lease: bool(lease["spec"].get("holderIdentity")), timeout_s=60,
+                     what="a replica holding the Lease")
+
+
+def _uninstall(fl: Fleet) -> None:
+    """A powered-off node never confirms its pods' deletion, so the uninstall would wait out
+    its timeout for them: its Node goes first and its pods are removed without a kubelet."""
+    with contextlib.suppress(KubeApiError, OSError):
         fl.remove_extra()
-        for name in fl.stopped:
-            kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
-            for pod_ns in (ns, fl.agent_ns):
-                for pod in kube.get(api_path("v1", "pods", pod_ns),
-                                    fieldSelector=f"spec.nodeName={name}")["items"]:
-                    kube.delete_ignore_missing(
-                        api_path("v1", "pods", pod_ns, pod["metadata"]["name"]),
-                        {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
-        helm("uninstall", fl.release, "-n", ns, "--wait", "--timeout", "60s",
-             kubeconfig=cluster.kubeconfig, check=False)
-        kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
-        claim.close()
-        for name, agent in {**agents, **op_agents}.items():
-            if name not in fl.stopped:
-                agent.stop()
-        path = tmp_path_factory.getbasetemp() / "faults-summary.json"
-        path.write_text(json.dumps(summary_totals() | {
-            "faults": [asdict(r) for r in SUMMARY],
-            "wall_s": round(time.monotonic() - fl.started, 1)}, indent=2))
-        SUMMARY_FILE[:] = [path]
+    for name in fl.stopped:
+        fl.forget_node(name)
+    helm("uninstall", fl.release, "-n", fl.ns, "--wait", "--timeout", "60s",
+         kubeconfig=fl.cluster.kubeconfig, check=False)
+    fl.kube.delete_ignore_missing(api_path("v1", "namespaces", name=fl.ns))
 
 
 def summary_totals() -> dict[str, Any]:

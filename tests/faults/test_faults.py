@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from edgetrain.api.training import TrainingEvent
 from edgetrain.bench.budget_live import AuthorisedWatch
 from edgetrain.cluster import api_path
 from edgetrain.node_agent.state import load_state
@@ -33,7 +32,6 @@ from tests.faults.conftest import (
     SUMMARY,
     FaultRecord,
     Fleet,
-    sigkill,
 )
 from tests.node_agent.helpers import wait_until
 from tests.operator.budgets import (
@@ -152,7 +150,7 @@ def test_operator_leader_sigkilled_in_every_phase(fleet: Fleet) -> None:
                for cs in p["status"]["containerStatuses"]) >= len(kills)
     # The agent restored the board's range when the training pod ended.
     node = status["selection"]["node"]
-    dev, state_file = fleet.devfreq(node), _state_file(fleet, node)
+    dev, state_file = fleet.devfreq(node), fleet.state_file(node)
     table = dev.available_frequencies_hz()
     try:
         wait_until(lambda: _range(dev) == (min(table), max(table))
@@ -168,11 +166,6 @@ def _range(dev: Any) -> tuple[int, int]:
     return (r.min_freq_hz, r.max_freq_hz)
 
 
-def _state_file(fleet: Fleet, node: str) -> Path:
-    """The node agent's pin state (the chart's hostPath /var/lib/edgetrain on the node)."""
-    return fleet.agents[node].nodes[0].host_root / "var/lib/edgetrain/node-agent-state.json"
-
-
 def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> FaultRecord:
     """kill -9 the node agent while it pins the training pod's frequency: the restarted agent
     is Ready again and holds the same pin over the board's original range (its state file)."""
@@ -184,9 +177,9 @@ def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> Faul
                               fieldSelector=f"spec.nodeName={node}",
                               labelSelector="app.kubernetes.io/component=node-agent")["items"]
     restarts = int(agent["status"]["containerStatuses"][0]["restartCount"])
-    state_file = _state_file(fleet, node)
+    state_file = fleet.state_file(node)
     assert load_state(state_file).holding
-    sigkill(agent)
+    fleet.kill(agent)
     at = time.monotonic()
     path = api_path("v1", "pods", fleet.agent_ns, agent["metadata"]["name"])
 
@@ -210,29 +203,17 @@ def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> Faul
 
 def _last_checkpoint(fleet: Fleet, node: str, job: str) -> int:
     """The last checkpoint the lost node's training pod wrote (its progress lines)."""
-    vnode = fleet.agents[node].nodes[0]
-    last = 0
-    for log in vnode.dir.glob(f"pods/{fleet.ns}_{job}-train-1-*/logs/*/*.log"):
-        for line in log.read_text(errors="replace").splitlines():
-            event = TrainingEvent.from_line(line)
-            if event is not None and event.event == "progress":
-                last = max(last, event.samples)
-    return last
+    return max((e.samples for e in fleet.train_progress(node, job) if e.event == "progress"),
+               default=0)
 
 
 def _power_off(fleet: Fleet, node: str, delete: bool) -> None:
-    """The node loses power: its processes die at once (SIGKILL), then it goes silent (no
-    more heartbeats: NotReady after the controller's grace period) or its Node is deleted."""
-    pods = [p for ns in (fleet.ns, fleet.agent_ns) for p in fleet.kube.get(
-        api_path("v1", "pods", ns), fieldSelector=f"spec.nodeName={node}")["items"]]
-    for pod in pods:
-        for cs in pod.get("status", {}).get("containerStatuses", []) or []:
-            if "running" in (cs.get("state") or {}):
-                sigkill(pod, cs["name"])
-    agent = fleet.agents[node]
-    agent.delete_nodes_on_stop = delete
-    agent.stop()
-    fleet.stopped.add(node)
+    """The node loses power: its kubelet, containerd and containers die at once (SIGKILL),
+    then it is silent (no more heartbeats: NotReady after the controller's grace period) or
+    its Node is deleted."""
+    fleet.power_off(node)
+    if delete:
+        fleet.kube.delete_ignore_missing(api_path("v1", "nodes", name=node))
 
 
 def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
@@ -264,11 +245,11 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
         moved = fleet.wait(name, lambda s, n=name: nodes[n] in ((s.get("training") or {})
                                                                  .get("nodesLost") or [])
                            and s.get("phase") in ("Training", "Succeeded"),
-                           "rescheduled", timeout_s=240)
+                           "rescheduled", timeout_s=420)
         recs[name].recover_s = round(time.monotonic() - at[name], 1)
         assert moved["selection"]["node"] != nodes[name]
     for name in cases:
-        final = fleet.wait_done(name, timeout_s=600)  # both may now share one node
+        final = fleet.wait_done(name, timeout_s=900)  # both may now share one node
         recs[name].final_phase = final["phase"]
         assert final["phase"] == "Succeeded", final
         # Moved once, and neither the API restart nor the token rotation restarted training.
@@ -307,14 +288,16 @@ def _restart_api_server(fleet: Fleet) -> None:
 
 
 def _token_file(fleet: Fleet, pod: dict[str, Any]) -> Path:
-    """The operator pod's projected ServiceAccount token, as its virtual node wrote it."""
-    vnode = fleet.vnode_of(pod)
+    """The operator pod's projected ServiceAccount token, as its kubelet wrote it (in the
+    node's mount namespace). Read through `..data`, the kubelet's root-owned link to its
+    latest write: `token` is a link owned by the pod's user in a sticky, world-writable folder,
+    which fs.protected_symlinks forbids root to follow (EACCES)."""
     meta = pod["metadata"]
     vol = next(v["name"] for v in pod["spec"]["volumes"]
                if any("serviceAccountToken" in s for s in (v.get("projected") or {})
                       .get("sources", [])))
-    return (vnode.dir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
-            / "volumes" / vol / "token")
+    return fleet.pod_file(pod, f"/var/lib/kubelet/pods/{meta['uid']}/volumes/"
+                          f"kubernetes.io~projected/{vol}/..data/token")
 
 
 def _status_with(fleet: Fleet, token: str) -> int:
@@ -332,9 +315,13 @@ def _status_with(fleet: Fleet, token: str) -> int:
 def _rotate_operator_token(fleet: Fleet) -> None:
     """Revoke the operator's token (its ServiceAccount recreated) and rotate the token files
     as the kubelet does: both replicas go on with the new token, without a restart."""
+    # A replica the API server's restart made exit (a holder that could not renew) is back.
+    wait_until(lambda: len(pods := fleet.operator_pods()) == 2 and all(pod_ready(p) for p in pods),
+               180, "both operator replicas Ready", interval_s=0.5)
     pods = fleet.operator_pods()
     restarts = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
                 for p in pods}
+    holder = (fleet.holder() or "").rsplit("_", 1)[0]
     files = {p["metadata"]["name"]: _token_file(fleet, p) for p in pods}
     old = {n: f.read_text() for n, f in files.items()}
     assert all(_status_with(fleet, t) == 200 for t in old.values())
@@ -349,7 +336,8 @@ def _rotate_operator_token(fleet: Fleet) -> None:
                       {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
     for pod_name in files:
         assert fleet.rotate_tokens(pod_name)
-    wait_until(lambda: all(f.read_text() != old[n] for n, f in files.items()), 20,
+    # A restarted kubelet writes its pods' projected volumes again at its first sync.
+    wait_until(lambda: all(f.read_text() != old[n] for n, f in files.items()), 60,
                "token files rotated")
     # The old tokens are refused now (the API server caches a token's check for 10 s).
     wait_until(lambda: all(_status_with(fleet, t) == 401 for t in old.values()), 30,
@@ -362,7 +350,11 @@ def _rotate_operator_token(fleet: Fleet) -> None:
                        " a new job is seen and its status written (BadInput)"))
     after = {p["metadata"]["name"]: int(p["status"]["containerStatuses"][0]["restartCount"])
              for p in fleet.operator_pods()}
-    assert after == restarts, (restarts, after)  # re-read the token, no restart needed
+    # The standby re-reads the new token, no restart. The holder stops acting (exits) when it
+    # cannot renew for its renew deadline (5 s here), and on real nodes the old token is
+    # refused until its kubelet, restarted, writes the new one: it may have stepped down once.
+    assert all(after[n] == restarts[n] for n in after if n != holder), (holder, restarts, after)
+    assert after.get(holder, 0) - restarts.get(holder, 0) <= 1, (holder, restarts, after)
 
 # Issue 31: a job whose worker cannot start says why within 30 s of its creation.
 SAY_WHY_S = 30
@@ -404,7 +396,7 @@ def test_a_worker_that_cannot_start_says_why_then_fails(fleet: Fleet) -> None:
 
 SITE_CAP_W = 9.0
 # The site's jobs: JOB on a data set of their own size, so their profile's key is their own.
-SITE_DATASET = {"dataset": {"name": "mnist", "limit": 2900}}
+SITE_DATASET = {"dataset": {"name": "digits", "limit": 1600}}
 
 
 def test_three_jobs_share_a_site_budget(fleet: Fleet) -> None:
