@@ -147,18 +147,27 @@ def image_arch(ref: str) -> str:
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
+def platform_member(ref: str, platform: str = PLATFORM) -> str | None:
+    """The tag of the plain image a node of `platform` runs for `ref`, or None where the
+    member has no tag; an image of another architecture is refused, saying so."""
+    tag = platform_image_tag(ref, platform)
+    if tag is None:
+        return None
+    arch = image_arch(tag)
+    if arch and arch != platform.split("/")[1]:
+        raise RuntimeError(f"{tag} is a {arch} image, not {platform}")
+    return tag
+
+
 def export_platform_archive(ref: str, out: Path, platform: str = PLATFORM) -> tuple[Path, str]:
     """The image a node of `platform` runs for `ref` as an archive, and the name `ctr images
     import` gives it: a docker archive of one image, its layers uncompressed (an OCI archive of
     a whole list gzips every architecture's layers: 15 s of CPU against 3.5 s here); the OCI
     archive where the member has no tag to name it by. A plain image of another architecture
     is refused, saying so."""
-    tag = platform_image_tag(ref, platform)
+    tag = platform_member(ref, platform)
     if tag is None:
         return export_oci_archive(ref, out), ref
-    arch = image_arch(tag)
-    if arch and arch != platform.split("/")[1]:
-        raise RuntimeError(f"{tag} is a {arch} image, not {platform}")
     out.unlink(missing_ok=True)
     _podman(["podman", "save", "--quiet", "--format", "docker-archive", "-o", str(out), tag])
     return out, tag
@@ -211,17 +220,6 @@ def ctr_import(ctr: Sequence[str], archive: Path | None, name: str,
                 raise RuntimeError(f"ctr images tag {name} {alias}: {res.stderr.strip()}")
 
 
-def _streamable(ref: str, platform: str) -> str | None:
-    """The tag to stream `ref`'s `platform` image by (a plain image of that architecture), or
-    None where it must go through an archive (a member without a tag; export refuses the
-    wrong architecture, saying so)."""
-    tag = platform_image_tag(ref, platform)
-    if tag is None:
-        return None
-    arch = image_arch(tag)
-    return None if arch and arch != platform.split("/")[1] else tag
-
-
 @dataclass
 class ImageExports:
     """Project images copied from podman into nodes' containerd: as an archive made once where
@@ -244,17 +242,21 @@ class ImageExports:
                 self.made[key] = ImportResult(f"{CHART_REGISTRY}/{name}:{self.tag}", missing=(
                     f"not in podman's store under {' or '.join(REGISTRIES)} "
                     f"(`make images-core` builds it)"))
-            elif key not in self.shared and (tag := _streamable(ref, platform)) is not None:
-                self.made[key] = (None, tag, ref)
             else:
-                self.work_dir.mkdir(parents=True, exist_ok=True)
-                out = self.work_dir / f"{name}.{platform.replace('/', '-')}.image.tar"
                 try:
-                    archive, imported = export_platform_archive(ref, out, platform)
-                    self.made[key] = (archive, imported, ref)
+                    self.made[key] = self._stream_or_export(name, ref, platform)
                 except RuntimeError as exc:
                     self.made[key] = ImportResult(ref, missing=str(exc))
         return self.made[key]
+
+    def _stream_or_export(self, name: str, ref: str, platform: str,
+                          ) -> tuple[Path | None, str, str]:
+        tag = None if (name, platform) in self.shared else platform_member(ref, platform)
+        if tag is not None:
+            return None, tag, ref
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        out = self.work_dir / f"{name}.{platform.replace('/', '-')}.image.tar"
+        return (*export_platform_archive(ref, out, platform), ref)
 
     def import_into(self, ctr: Sequence[str], names: Sequence[str], platform: str = PLATFORM,
                     ) -> list[ImportResult]:
