@@ -93,6 +93,12 @@ class FaultRecord:
 
 SUMMARY: list[FaultRecord] = []
 SUMMARY_FILE: list[Path] = []
+# qemu-user's own crash, in the container's last words that the operator's failure Event
+# quotes: Debian 12's QEMU 7.2 crashes now and then in a multithreaded arm64 guest (about one
+# trainer pod in twenty here). The operator retries it as any failed worker; a test counts
+# such an attempt as the emulator's, never as one a fault caused. Per job, for the summary.
+EMULATOR_CRASH = "qemu: uncaught target signal"
+EMULATOR_CRASHES: dict[str, int] = {}
 
 
 @dataclass
@@ -230,6 +236,18 @@ class Fleet:
         """The Events on one object of the namespace."""
         items = self.kube.get(api_path("v1", "events", self.ns))["items"]
         return [e for e in items if e["involvedObject"].get("name") == name]
+
+    def emulator_crashes(self, name: str) -> dict[str, int]:
+        """The job's failed worker attempts that were the emulator's crash, by worker kind
+        (`train`, `profile`, `estimate`: its Events `TrainFailed`, ...)."""
+        crashes: dict[str, int] = {}
+        for e in self.events(name):
+            if e["reason"].endswith("Failed") and EMULATOR_CRASH in e.get("message", ""):
+                kind = e["reason"].removesuffix("Failed").lower()
+                crashes[kind] = crashes.get(kind, 0) + int(e.get("count") or 1)
+        if crashes:
+            EMULATOR_CRASHES[name] = sum(crashes.values())
+        return crashes
 
     def reasons(self, name: str, expect: tuple[str, ...] = (),
                 timeout_s: float = 30.0) -> list[str]:
@@ -595,6 +613,7 @@ def summary_totals() -> dict[str, Any]:
             "jobs": len(jobs),
             "jobs_lost": sum(1 for phase, want in jobs.values() if phase != want),
             "pins_leaked": sum(r.pins_leaked for r in SUMMARY),
+            "emulator_crashes_retried": sum(EMULATOR_CRASHES.values()),
             "max_recover_s": round(max(recover), 1) if recover else None}
 
 
