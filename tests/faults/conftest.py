@@ -292,7 +292,7 @@ class Fleet:
         container after a back-off that doubles from 10 s (the replica killed before may still
         be waiting it out): the takeover is measured against a standby that is there."""
         wait_until(lambda: len(pods := self.operator_pods()) == 2 and all(
-            _ready(p) for p in pods), 180, "both operator replicas Ready", interval_s=0.2)
+            pod_ready(p) for p in pods), 180, "both operator replicas Ready", interval_s=0.2)
         who = self.holder()
         assert who, "no replica holds the Lease"
         self.kill(self.pod_of(who))
@@ -448,7 +448,8 @@ class Fleet:
         return "\n".join(out)
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """The pod's Ready condition is True."""
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in pod.get("status", {}).get("conditions", []) or [])
 
@@ -537,7 +538,7 @@ def _not_ready(fl: Fleet) -> str:
     out = []
     for ns in (fl.ns, fl.agent_ns):
         for pod in fl.kube.get(api_path("v1", "pods", ns))["items"]:
-            if _ready(pod):
+            if pod_ready(pod):
                 continue
             st = pod.get("status", {})
             states = [f"{c['name']}: {json.dumps(c.get('state'))[:300]}"

@@ -32,6 +32,7 @@ from tests.faults.conftest import (
     SUMMARY,
     FaultRecord,
     Fleet,
+    pod_ready,
 )
 from tests.node_agent.helpers import wait_until
 from tests.operator.budgets import (
@@ -55,11 +56,6 @@ TAKEOVER_MAX_S = LEASE["leaseDurationSeconds"] + 2 * LEASE["retryPeriodSeconds"]
 def record(rec: FaultRecord) -> FaultRecord:
     SUMMARY.append(rec)
     return rec
-
-
-def pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod.get("status", {}).get("conditions", []) or [])
 
 
 def test_two_replicas_only_the_lease_holder_acts(fleet: Fleet) -> None:
