@@ -420,12 +420,12 @@ class Fleet:
         node = self.node(pod["spec"]["nodeName"])
         return Path(f"/proc/{node.procs['ns'].pid}/root") / path.lstrip("/")
 
-    def train_progress(self, node: str, job: str) -> list[TrainingEvent]:
-        """The progress lines a job's first training pod wrote on `node` (its container logs
-        stay on the node's disk, in the CRI's format: time, stream, tag, line)."""
+    def train_progress(self, node: str, train_job: str) -> list[TrainingEvent]:
+        """The progress lines the pods of one training Job wrote on `node` (their container
+        logs stay on the node's disk, in the CRI's format: time, stream, tag, line)."""
         events = []
         logs = self.node(node).dir / "log" / "pods"
-        for log in logs.glob(f"{self.ns}_{job}-train-1-*/*/*.log"):
+        for log in logs.glob(f"{self.ns}_{train_job}-*/*/*.log"):
             for line in log.read_text(errors="replace").splitlines():
                 parts = line.split(" ", 3)
                 event = TrainingEvent.from_line(parts[3]) if len(parts) == 4 else None

@@ -201,10 +201,10 @@ def _kill_pinning_agent(fleet: Fleet, name: str, status: dict[str, Any]) -> Faul
     return rec
 
 
-def _last_checkpoint(fleet: Fleet, node: str, job: str) -> int:
+def _last_checkpoint(fleet: Fleet, node: str, train_job: str) -> int:
     """The last checkpoint the lost node's training pod wrote (its progress lines)."""
-    return max((e.samples for e in fleet.train_progress(node, job) if e.event == "progress"),
-               default=0)
+    return max((e.samples for e in fleet.train_progress(node, train_job)
+                if e.event == "progress"), default=0)
 
 
 def _power_off(fleet: Fleet, node: str, delete: bool) -> None:
@@ -225,12 +225,15 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
     # other, so the second is placed knowing the first's node (its Job still counts there).
     cases = {"down": False, "gone": True}  # job → delete the Node
     nodes: dict[str, str] = {}
+    # The training Job on the lost node: train-1, or train-2 when the emulator crashed the
+    # first one's pod before it reached its checkpoint.
+    lost_jobs: dict[str, str] = {}
     recs: dict[str, FaultRecord] = {}
     at: dict[str, float] = {}
     for name, delete in cases.items():
         fleet.create(name, hold=("train",))
         status = fleet.wait_training(name)
-        nodes[name] = status["selection"]["node"]
+        nodes[name], lost_jobs[name] = status["selection"]["node"], status["training"]["job"]
         at[name] = time.monotonic()
         _power_off(fleet, nodes[name], delete)
         fleet.release_hold(name, "train")  # the next attempt, on another node, trains through
@@ -265,7 +268,7 @@ def test_node_losses_api_restart_and_token_rotation(fleet: Fleet) -> None:
         assert "NodeLost" in fleet.reasons(name, ("NodeLost",))
         # Resumed from the last checkpoint the lost pod wrote: what was lost is the steps
         # after it, less than one checkpoint interval.
-        checkpoint = _last_checkpoint(fleet, nodes[name], name)
+        checkpoint = _last_checkpoint(fleet, nodes[name], lost_jobs[name])
         resumed = fleet.resumed_from(name)
         recs[name].lost_samples = checkpoint - resumed
         assert checkpoint > 0 and resumed == checkpoint, (checkpoint, resumed)
