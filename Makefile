@@ -79,7 +79,7 @@ TEST_WORKERS ?= 2
 # made three concurrent trainings 12 times slower (253 s against 21 s; docs/architecture.md).
 TEST_TORCH_THREADS ?= 1
 # The fault suite (docs/faults.md) runs on a fleet of real kubelets, arm64 under QEMU: 15 min
-# on its own and 13 GB of disk at its peak, which beside the README block's cluster (15 GB)
+# on its own and up to 15 GB of disk at its peak, which beside the README block's cluster (15 GB)
 # fills this kind of host. So it is a target of its own, one test after the other in one
 # process (its cases share one fleet, in order).
 unit: setup
