@@ -40,7 +40,8 @@ FIGURE1_POINTS = [
 # the image tests both rebuild. With `pytest -n` they share one worker, and start first: together
 # they are the longest group.
 HOST_STATE_TESTS = ("tests/test_readme.py", "tests/images/", "tests/cluster/test_realnode.py",
-                    "tests/cluster/test_jetson_real.py", "tests/cluster/test_servers_real.py")
+                    "tests/cluster/test_jetson_real.py", "tests/cluster/test_servers_real.py",
+                    "tests/cluster/test_imagestore.py")
 HOST_STATE_GROUP = "host-state"
 _SHARED_SCOPES = ("module", "package", "class")
 

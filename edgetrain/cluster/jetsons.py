@@ -16,13 +16,13 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgetrain.api.keys import LABEL_EMULATED_ARCH, LABEL_VIRTUAL
-from edgetrain.cluster import relay
+from edgetrain.cluster import imagestore, relay
 from edgetrain.cluster.archpolicy import ensure_arch_policy
 from edgetrain.cluster.boards import NodeProfile
 from edgetrain.cluster.gpus import advertise_gpus
@@ -103,10 +103,11 @@ class JetsonFleet:
 
     def start(self, specs: Sequence[VNodeSpec], client: KubeClient, images: Sequence[str],
               tag: str, timeout_s: float, log: Log, server_images: Sequence[str] = (),
-              shared_dirs: Sequence[str] = ()) -> list[ImportResult]:
-        """Every node Ready and untainted, its images imported (`images` on a Jetson,
-        `server_images` on a server), a server's GPUs advertised; on failure the caller runs
-        `teardown_jetsons`."""
+              shared_dirs: Sequence[str] = (),
+              node_images: Mapping[str, Sequence[str]] | None = None) -> list[ImportResult]:
+        """Every node Ready and untainted, its images in its containerd (`images` on a Jetson,
+        `server_images` on a server, `node_images` by node name instead), a server's GPUs
+        advertised; on failure the caller runs `teardown_jetsons`."""
         if len(specs) > MAX_NS_NODES:
             raise RuntimeError(f"at most {MAX_NS_NODES} namespaced nodes per cluster "
                                f"(asked for {len(specs)}): use --jetson-runtime virtual")
@@ -120,6 +121,13 @@ class JetsonFleet:
         if jetsons:
             self._start_twins(jetsons, timeout_s)
         pki = Pki(self.pki_dir or self.run_dir / "pki")
+        wanted = [((node_images or {}).get(spec.name, server_images), f"linux/{_host_arch()}")
+                  if spec.profile.kind == "server" else
+                  ((node_images or {}).get(spec.name, images), f"linux/{self.arch}")
+                  for spec in specs]
+        results: dict[str, ImportResult] = {}
+        seeded: list[bool] = []
+        images_s = 0.0
         for i, spec in enumerate(specs):
             server = spec.profile.kind == "server"
             node = NsNode(self.run_dir, spec.name, NsAddress(self.net, i),
@@ -128,21 +136,28 @@ class JetsonFleet:
                           twin_root=None if server else self._twin_root(spec.name),
                           shared_dirs=tuple(shared_dirs), api_ip=self.api_ip)
             self.nodes.append(node)
+            self.save()
+            # Before its containerd starts: a prepared store's images, linked (imagestore.py).
+            names, platform = wanted[i]
+            t_seed = time.monotonic()
+            got = imagestore.seed(node.containerd_root, names, tag, platform, log)
+            seeded.append(got is not None)
+            results.update({f"{spec.profile.kind} {r.ref}": r for r in got or ()})
+            images_s += time.monotonic() - t_seed
             node.prepare(pki, timeout_s, self.save)
-        t_images = time.monotonic()
-        wanted = [(server_images, f"linux/{_host_arch()}") if spec.profile.kind == "server"
-                  else (images, f"linux/{self.arch}") for spec in specs]
-        uses = Counter((name, platform) for names, platform in wanted for name in names)
+        left = [(node, spec, w) for node, spec, w, done
+                in zip(self.nodes, specs, wanted, seeded, strict=True) if not done]
+        uses = Counter((name, platform) for _, _, (names, platform) in left for name in names)
         exports = ImageExports(self.run_dir / "image-exports", tag,
                                frozenset(key for key, n in uses.items() if n > 1))
-        results: dict[str, ImportResult] = {}
+        t_imports = time.monotonic()
         try:
-            for node, spec, (names, platform) in zip(self.nodes, specs, wanted, strict=True):
+            for node, spec, (names, platform) in left:
                 got = exports.import_into(node.ctr(), names, platform)
                 results.update({f"{spec.profile.kind} {r.ref}": r for r in got})
         finally:
             exports.clean()
-        self.timings_s["images"] = time.monotonic() - t_images
+        self.timings_s["images"] = images_s + time.monotonic() - t_imports
         t_kubelets = time.monotonic()
         for node in self.nodes:
             node.start_kubelet()

@@ -188,6 +188,11 @@ class NsNode:
         return self.run_dir / "nodes" / self.name
 
     @property
+    def containerd_root(self) -> Path:
+        """The host directory that is the node's /var/lib/containerd."""
+        return self.dir / PRIVATE_DIRS["/var/lib/containerd"]
+
+    @property
     def address(self) -> str:
         """The Node's InternalIP."""
         return self.addr.node_ip

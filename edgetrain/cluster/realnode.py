@@ -179,9 +179,14 @@ class RealNode:
         write_atomic(d / "kubelet" / "config.yaml",
                      json.dumps(self._kubelet_config(pki), indent=2).encode(), 0o644)
 
+    @property
+    def containerd_root(self) -> Path:
+        """containerd's root directory (its images, snapshots and metadata)."""
+        return self.dir / "ctd" / "root"
+
     def _containerd_toml(self) -> str:
         c = self.dir / "ctd"
-        return containerd_toml(root=c / "root", state=c / "state", socket=self.socket,
+        return containerd_toml(root=self.containerd_root, state=c / "state", socket=self.socket,
                                opt=c / "opt", runc=shutil.which("runc") or "runc",
                                runc_root=c / "runc", cni_conf_dir=self.dir / "cni" / "net.d")
 

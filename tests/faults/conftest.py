@@ -484,11 +484,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     shared.chmod(0o777)
     specs = [*node_specs({"jetson-nano": POOL_NODES}, prefix=f"f{tag}"),
              *node_specs({}, OPERATOR_NODES, prefix=f"f{tag}")]
+    names = [s.name for s in specs]
     with real_cluster(work / "c", specs, JETSON_ARCH, NANO_IMAGES, NODE_TIMEOUT_S,
-                      server_images=SERVER_IMAGES, shared_dirs=(str(shared),)) as real:
+                      server_images=SERVER_IMAGES, shared_dirs=(str(shared),),
+                      node_images={names[POOL_NODES]: (*SERVER_IMAGES, ESTIMATOR)}) as real:
         kube = real.kube
-        names = [s.name for s in specs]
-        real.import_images(names[POOL_NODES], (ESTIMATOR,), "linux/amd64")
         missing = real.missing_images()
         assert not missing, f"images podman lacks (`make images-local` builds them): {missing}"
         fl = Fleet(kube, real, ns, pool, names[:POOL_NODES], names[POOL_NODES:], work=work)
