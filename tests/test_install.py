@@ -81,7 +81,8 @@ def test_install_guide_runs_on_bare_nodes() -> None:
     # The fleet: K3s's part of the guide (its `sh` blocks). Virtual nodes only: the node
     # agents and every job pod run on them either way; the README's test runs the operator's
     # image on a real node.
-    up = _run("edgetrain cluster up --bare --no-real-server --jetson nano=2,orin=1 --server 1",
+    up = _run("edgetrain cluster up --jetson-runtime virtual --bare --no-real-server "
+              "--jetson nano=2,orin=1 --server 1",
               env, 300)
     assert up.returncode == 0, up.stdout + up.stderr
     outputs: list[str] = []

@@ -15,11 +15,18 @@ from rich.console import Console
 from rich.table import Table
 
 from edgetrain import __version__
-from edgetrain.api.keys import LABEL_DEVICE_MODEL, LABEL_EMULATED_ARCH, LABEL_NODE_KIND
+from edgetrain.api.keys import (
+    GPU_RESOURCE,
+    LABEL_DEVICE_MODEL,
+    LABEL_EMULATED_ARCH,
+    LABEL_NODE_KIND,
+)
 from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
 from edgetrain.cluster import binaries
 from edgetrain.cluster.boards import parse_counts as _parse_counts
+from edgetrain.cluster.boards import profile
 from edgetrain.cluster.controlplane import SERVICE_CIDR, LocalCluster
+from edgetrain.cluster.gpus import advertise_gpus
 from edgetrain.cluster.hostnet import (
     NodeNetwork,
     cannot_run_kubelet,
@@ -28,7 +35,8 @@ from edgetrain.cluster.hostnet import (
 )
 from edgetrain.cluster.images import CORE_IMAGES, import_project_images
 from edgetrain.cluster.jetsons import ARCHES as JETSON_ARCHES
-from edgetrain.cluster.jetsons import JETSON_IMAGES, JetsonFleet, teardown_jetsons
+from edgetrain.cluster.jetsons import JETSON_IMAGES, SERVER_IMAGES, JetsonFleet, teardown_jetsons
+from edgetrain.cluster.jetsons import STATE_FILE as JETSONS_STATE
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
 from edgetrain.cluster.nodes import VNodeSpec, node_specs
 from edgetrain.cluster.pki import Pki
@@ -119,22 +127,39 @@ def real_node_unavailable() -> str | None:
     return reason
 
 
+def real_jetsons_unavailable(arch: str) -> str | None:
+    """Why this host cannot run namespaced nodes of `arch` (one line), or None."""
+    reason = cannot_run_kubelet() or (
+        f"{', '.join(missing_binaries())} not built in {binaries.bin_dir()} "
+        "(`make cluster-bins`)" if missing_binaries() else None)
+    qemu = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+    if reason is None and arch == "arm64" and os.uname().machine != "aarch64" and not (
+            qemu.exists() and qemu.read_text().startswith("enabled")):
+        reason = "no arm64 emulation (`make container-engine` registers qemu-aarch64)"
+    return reason
+
+
 @app.command()
 def up(
-    jetson: Annotated[str, typer.Option(help="Virtual Jetson nodes, BOARD=N,...")] = "nano=1",
+    jetson: Annotated[str, typer.Option(help="Jetson nodes, BOARD=N,...")] = "nano=1",
     server: Annotated[int, typer.Option(
-        help="GPU-server nodes: the first is a real kubelet with containerd where this host "
-             "can run one, the others (and all, where it cannot) virtual.")] = 1,
+        help="GPU-server nodes (amd64, each advertising simulated nvidia.com/gpu where real): "
+             "the first in the host's namespaces where this host can run one, the others "
+             "namespaced; with --jetson-runtime virtual, the others virtual.")] = 1,
     real_server: Annotated[bool, typer.Option(
-        help="Make the first server node real where this host can (--no-real-server: all "
-             "virtual).")] = True,
-    images: Annotated[str, typer.Option(
-        help="Project images to copy from podman into the real node's containerd, e.g. "
-             "operator,node-agent,estimator.")] = ",".join(CORE_IMAGES),
+        help="Run the first server node in the host's namespaces where this host can "
+             "(--no-real-server: namespaced with a real runtime, virtual with a virtual "
+             "one).")] = True,
+    images: Annotated[str | None, typer.Option(
+        help="Project images to copy from podman into each real server node's containerd "
+             f"(default {','.join(SERVER_IMAGES)} with a real runtime, "
+             f"{','.join(CORE_IMAGES)} with a virtual one).")] = None,
     idle: Annotated[int, typer.Option(help="Idle kwok nodes (scale).")] = 0,
     jetson_runtime: Annotated[str, typer.Option(
-        help="real: each Jetson a kubelet with containerd in namespaces of its own over its "
-             "device twin; virtual: pods as local processes (docs/cluster.md).")] = "virtual",
+        help="real: every node a kubelet with containerd (each Jetson and each server beyond "
+             "the first in namespaces of its own, the Jetsons over their device twins); "
+             "virtual: the Jetsons' pods as local processes (docs/cluster.md); auto: real "
+             "where this host can, else virtual.")] = "auto",
     jetson_arch: Annotated[str, typer.Option(
         help="Architecture of real Jetson nodes: arm64 (emulated with QEMU, as a Jetson is) "
              "or amd64 (native: for tests where emulation is too slow).")] = "arm64",
@@ -151,39 +176,50 @@ def up(
     """Start the control plane and nodes in the background (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
     counts = _counts(jetson)
-    if jetson_runtime not in ("real", "virtual"):
-        err.print(f"--jetson-runtime {jetson_runtime!r}: use real or virtual", markup=False)
+    if jetson_runtime not in ("auto", "real", "virtual"):
+        err.print(f"--jetson-runtime {jetson_runtime!r}: use auto, real or virtual",
+                  markup=False)
         raise typer.Exit(2)
     if jetson_arch not in JETSON_ARCHES:
         err.print(f"--jetson-arch {jetson_arch!r}: use {' or '.join(JETSON_ARCHES)}",
                   markup=False)
         raise typer.Exit(2)
-    real_jetsons = jetson_runtime == "real" and bool(counts)
     existing = LocalCluster.attach(run_dir)
     reused = existing is not None and existing.healthy()
-    if not reused:
+    if reused:
+        real_runtime = (run_dir / JETSONS_STATE).exists()
+    else:
         teardown_jetsons(run_dir)  # nodes of a stale cluster: stop them before starting over
         teardown(run_dir)
-    if real_jetsons and not reused:
-        reason = cannot_run_kubelet() or (
-            f"{', '.join(missing_binaries())} not built in {binaries.bin_dir()} "
-            "(`make cluster-bins`)" if missing_binaries() else None)
-        if reason is not None:
-            err.print(f"--jetson-runtime real: this host cannot run a kubelet: {reason}",
+        why_not = real_jetsons_unavailable(jetson_arch) if jetson_runtime != "virtual" else None
+        if why_not is not None and jetson_runtime == "real":
+            err.print(f"--jetson-runtime real: this host cannot run a kubelet: {why_not}",
                       markup=False)
             raise typer.Exit(1)
+        if why_not is not None:
+            out.print(f"virtual Jetsons and servers: this host cannot run a kubelet: "
+                      f"{why_not}", markup=False)
+        real_runtime = jetson_runtime != "virtual" and why_not is None
     real = None
     if reused:
         real = "reuse" if (run_dir / "realnode.json").exists() else None
     elif server >= 1 and real_server:
         reason = real_node_unavailable()
-        if reason is not None:
+        if reason is not None and not real_runtime:
             out.print(f"server node virtual: this host cannot run a kubelet: {reason}",
                       markup=False)
+        elif reason is not None:
+            out.print(f"{REAL_SERVER_NAME} namespaced: {reason}", markup=False)
         else:
             real = "new"
+    # With a real runtime every server the host's namespaces do not hold is namespaced.
+    ns_servers = server - (1 if real else 0) if real_runtime else 0
+    ns_specs = [s for s in node_specs(counts if real_runtime else {}, server, prefix="",
+                                      bare=bare)
+                if s.profile.kind == "jetson" or (
+                    ns_servers and not (real and s.name == REAL_SERVER_NAME))]
     # Claimed (its interface made) at once: a cluster started beside this one takes another.
-    net = claim_network() if real == "new" or (real_jetsons and not reused) else None
+    net = claim_network() if not reused and (real == "new" or ns_specs) else None
     try:
         cluster = LocalCluster(run_dir, detached=True, service_cidr=(
             net.service_cidr if net is not None else SERVICE_CIDR)).start(timeout_s)
@@ -192,9 +228,9 @@ def up(
             remove_links(net)
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
-    virtual_servers = server - (1 if real else 0)
-    virtual_jetsons = "" if real_jetsons else jetson
-    expected = (0 if real_jetsons else sum(counts.values())) + virtual_servers
+    virtual_servers = 0 if real_runtime else server - (1 if real else 0)
+    virtual_jetsons = "" if real_runtime else jetson
+    expected = (0 if real_runtime else sum(counts.values())) + virtual_servers
     vnodes = cluster.components.get("vnodes")
     if expected and (vnodes is None or not vnodes.alive()):
         argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
@@ -216,11 +252,20 @@ def up(
                               f"see {proc.log_path}")
                     raise typer.Exit(1)
                 time.sleep(0.5)
+    if real_runtime and not reused:
+        # The local stand-in for the fleet's shared checkpoint storage (hostPath PV:
+        # examples/checkpoint-storage-local.yaml), writable by the worker UID.
+        prepare_shared_dir(Path(DEFAULT_CHECKPOINT_DIR))
+    if images is None:
+        images = ",".join(SERVER_IMAGES if real_runtime else CORE_IMAGES)
     if net is not None and real == "new":
-        _start_real_node(cluster, net, images, timeout_s, bare)
-    if net is not None and real_jetsons:
-        specs = node_specs(counts, 0, prefix="", bare=bare)
-        _start_real_jetsons(cluster, net, specs, jetson_arch, jetson_images, timeout_s)
+        # Its simulated GPUs only beside real Jetsons: with virtual ones the estimate pods
+        # stay on the virtual servers (the real node holds no estimator image then).
+        _start_real_node(cluster, net, images, timeout_s, bare,
+                         gpus=profile("server").gpus if real_runtime else 0)
+    if net is not None and ns_specs:
+        _start_real_jetsons(cluster, net, ns_specs, jetson_arch, jetson_images, images,
+                            timeout_s)
     if idle:
         with cluster.client() as client:
             create_idle_nodes(client, idle)
@@ -233,7 +278,7 @@ def up(
 
 
 def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeout_s: float,
-                     bare: bool = False) -> None:
+                     bare: bool = False, gpus: int = 0) -> None:
     node = RealNode(cluster.run_dir, REAL_SERVER_NAME, net, cluster.ports["apiserver"],
                     server_labels(REAL_SERVER_NAME, bare=bare))
     started = time.monotonic()
@@ -242,6 +287,9 @@ def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeo
         ready_s = time.monotonic() - started
         for name, proc in node.procs.items():
             cluster.adopt(name, proc)
+        if gpus:
+            with cluster.client() as client:
+                advertise_gpus(client, REAL_SERVER_NAME, gpus, timeout_s)
         wanted = [i.strip() for i in images.split(",") if i.strip()]
         for res in import_project_images(node.ctr(), node.dir, __version__, wanted):
             if res.missing:
@@ -249,35 +297,39 @@ def _start_real_node(cluster: LocalCluster, net: NodeNetwork, images: str, timeo
             else:
                 out.print(f"image {res.ref}: imported into the real node's containerd",
                           markup=False)
-    except (ComponentError, RuntimeError, OSError) as exc:
+    except (ComponentError, RuntimeError, OSError, TimeoutError) as exc:
         teardown(cluster.run_dir)
         cluster.stop()
         err.print(f"[red]cluster up failed: real node {REAL_SERVER_NAME}:[/red] {exc}")
         raise typer.Exit(1) from exc
     out.print(f"real node {REAL_SERVER_NAME} ({node.runtime}) Ready at {node.address} in "
-              f"{ready_s:.1f} s (images: {time.monotonic() - started - ready_s:.1f} s)",
-              markup=False)
+              f"{ready_s:.1f} s (images: {time.monotonic() - started - ready_s:.1f} s)"
+              + (f", {gpus} simulated {GPU_RESOURCE}" if gpus else ""), markup=False)
 
 
 def _start_real_jetsons(cluster: LocalCluster, net: NodeNetwork, specs: list[VNodeSpec],
-                        arch: str, images: str, timeout_s: float) -> None:
+                        arch: str, images: str, server_images: str, timeout_s: float) -> None:
     fleet = JetsonFleet(cluster.run_dir, net, cluster.ports["apiserver"], arch)
-    wanted = [i.strip() for i in images.split(",") if i.strip()]
     try:
         with cluster.client() as client:
-            results = fleet.start(specs, client, wanted, __version__, timeout_s,
-                                  lambda m: out.print(m, markup=False))
+            results = fleet.start(specs, client, _names(images), __version__, timeout_s,
+                                  lambda m: out.print(m, markup=False), _names(server_images),
+                                  (DEFAULT_CHECKPOINT_DIR,))
         for name, (proc, runs) in fleet.all_procs().items():
             cluster.adopt(name, proc, runs)
-    except (ComponentError, RuntimeError, OSError) as exc:
+    except (ComponentError, RuntimeError, OSError, TimeoutError) as exc:
         teardown_jetsons(cluster.run_dir)
         teardown(cluster.run_dir)
         cluster.stop()
-        err.print(f"[red]cluster up failed: real Jetson nodes:[/red] {exc}")
+        err.print(f"[red]cluster up failed: namespaced nodes:[/red] {exc}")
         raise typer.Exit(1) from exc
     for res in results:
-        out.print(f"image {res.ref}: {res.missing or 'imported into each Jetson node'} "
-                  f"(linux/{arch})", markup=False)
+        out.print(f"image {res.ref}: {res.missing or 'imported into the namespaced nodes'}",
+                  markup=False)
+
+
+def _names(images: str) -> list[str]:
+    return [i.strip() for i in images.split(",") if i.strip()]
 
 
 @app.command()

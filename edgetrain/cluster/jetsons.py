@@ -1,8 +1,10 @@
-"""The real Jetson nodes of `edgetrain cluster up --jetson-runtime real` (docs/cluster.md, "Real
-Jetson nodes"): one namespaced kubelet + containerd per board (nsnode.py), each over a device
-twin grafted at the Jetson's sysfs paths, arm64 under QEMU (or amd64 where asked), the arm64
-members of the project's images imported from podman. One state file, `jetsons.json`, holds
-what `teardown_jetsons` needs; `jetson_leftovers` checks that nothing stayed."""
+"""The namespaced nodes of `edgetrain cluster up` (docs/cluster.md, "Real nodes"): one kubelet +
+containerd per node (nsnode.py). A Jetson runs over a device twin grafted at its sysfs paths,
+arm64 under QEMU (or amd64 where asked), with the arm64 members of the project's images; a GPU
+server beyond the host's own (`realnode.py`) runs natively, with the server's images and its
+simulated GPUs advertised (`gpus.py`). Every node sees the cluster's shared checkpoint
+directory. One state file, `jetsons.json`, holds what `teardown_jetsons` needs;
+`jetson_leftovers` checks that nothing stayed."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from edgetrain.api.keys import LABEL_EMULATED_ARCH, LABEL_VIRTUAL
 from edgetrain.cluster import relay
 from edgetrain.cluster.archpolicy import ensure_arch_policy
 from edgetrain.cluster.boards import NodeProfile
+from edgetrain.cluster.gpus import advertise_gpus
 from edgetrain.cluster.hostnet import (
     NodeNetwork,
     create_dummy,
@@ -36,10 +39,13 @@ from edgetrain.cluster.nsnode import MAX_NS_NODES, NsAddress, NsNode, wait_for
 from edgetrain.cluster.nsnode_teardown import ns_leftovers, teardown_ns_node
 from edgetrain.cluster.pki import Pki, write_atomic
 from edgetrain.cluster.process import ManagedProcess, pid_alive, pid_cmdline
+from edgetrain.cluster.realnode import server_labels
 from edgetrain.kube import KubeClient, api_path, node_schedulable
 
 STATE_FILE = "jetsons.json"
 JETSON_IMAGES = ("node-agent", "trainer-cpu")
+# A server runs the operator and the estimate pods (the chart's agents run on arm64 only).
+SERVER_IMAGES = ("operator", "estimator-cpu")
 ARCHES = ("arm64", "amd64")
 Log = Callable[[str], None]
 
@@ -87,31 +93,43 @@ class JetsonFleet:
         write_atomic(self.run_dir / STATE_FILE, json.dumps(state, indent=2).encode(), 0o644)
 
     def start(self, specs: Sequence[VNodeSpec], client: KubeClient, images: Sequence[str],
-              tag: str, timeout_s: float, log: Log) -> list[ImportResult]:
-        """Every node Ready and untainted, its images imported; on failure the caller runs
+              tag: str, timeout_s: float, log: Log, server_images: Sequence[str] = (),
+              shared_dirs: Sequence[str] = ()) -> list[ImportResult]:
+        """Every node Ready and untainted, its images imported (`images` on a Jetson,
+        `server_images` on a server), a server's GPUs advertised; on failure the caller runs
         `teardown_jetsons`."""
         if len(specs) > MAX_NS_NODES:
-            raise RuntimeError(f"at most {MAX_NS_NODES} real Jetson nodes per cluster "
+            raise RuntimeError(f"at most {MAX_NS_NODES} namespaced nodes per cluster "
                                f"(asked for {len(specs)}): use --jetson-runtime virtual")
         t0 = time.monotonic()
         self.save()
         self._ensure_net()
-        if self.arch != _host_arch():
+        jetsons = [s for s in specs if s.profile.kind == "jetson"]
+        if jetsons and self.arch != _host_arch():
             self.timings_s["arch_policy"] = ensure_arch_policy(client, timeout_s)
-        self._start_twins(specs, timeout_s)
+        if jetsons:
+            self._start_twins(jetsons, timeout_s)
         pki = Pki(self.run_dir / "pki")
         for i, spec in enumerate(specs):
+            server = spec.profile.kind == "server"
             node = NsNode(self.run_dir, spec.name, NsAddress(self.net, i),
-                          jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
-                          twin_root=self._twin_root(spec.name))
+                          server_labels(spec.name, spec.profile.board, spec.bare) if server
+                          else jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
+                          twin_root=None if server else self._twin_root(spec.name),
+                          shared_dirs=tuple(shared_dirs))
             self.nodes.append(node)
             node.prepare(pki, timeout_s, self.save)
         t_images = time.monotonic()
         exports = ImageExports(self.run_dir / "image-exports", tag)
-        results: list[ImportResult] = []
+        results: dict[str, ImportResult] = {}
         try:
-            for node in self.nodes:
-                results = exports.import_into(node.ctr(), images, f"linux/{self.arch}")
+            for node, spec in zip(self.nodes, specs, strict=True):
+                if spec.profile.kind == "server":
+                    got = exports.import_into(node.ctr(), server_images,
+                                              f"linux/{_host_arch()}")
+                else:
+                    got = exports.import_into(node.ctr(), images, f"linux/{self.arch}")
+                results.update({f"{spec.profile.kind} {r.ref}": r for r in got})
         finally:
             exports.clean()
         self.timings_s["images"] = time.monotonic() - t_images
@@ -130,12 +148,16 @@ class JetsonFleet:
             client.patch(api_path("v1", "nodes", name=node.name),
                          {"metadata": {"annotations": spec.profile.annotations(spec.bare)}},
                          "merge")
+            if spec.profile.kind == "server":
+                advertise_gpus(client, node.name, spec.profile.gpus, timeout_s)
         self.timings_s["total"] = time.monotonic() - t0
         t = self.timings_s
-        log(f"real Jetson nodes ({self.arch}) Ready in {t['total']:.1f} s (images "
+        arches = sorted({_host_arch() if s.profile.kind == "server" else self.arch
+                         for s in specs})
+        log(f"namespaced nodes ({', '.join(arches)}) Ready in {t['total']:.1f} s (images "
             f"{t['images']:.1f} s, kubelet start to every node Ready {t['kubelets_ready']:.1f}"
             f" s): " + ", ".join(n.name for n in self.nodes))
-        return results
+        return list(results.values())
 
     def _twin_root(self, name: str) -> Path:
         return self.run_dir / "nodes" / name / "twin"

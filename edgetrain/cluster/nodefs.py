@@ -125,6 +125,11 @@ def setup(spec: dict[str, object]) -> None:
     os.makedirs(STASH, exist_ok=True)
     for path in spec.get("writable", []):  # type: ignore[attr-defined]
         _mount("--bind", str(path), str(path))
+    # Shared host directories, held aside before the node's own directories cover their paths.
+    shared = [str(p) for p in spec.get("shared", [])]  # type: ignore[attr-defined]
+    for i, path in enumerate(shared):
+        os.makedirs(f"{STASH}-shared/{i}", exist_ok=True)
+        _mount("--bind", path, f"{STASH}-shared/{i}")
     g = Grafter()
     binds = dict(spec["binds"])  # type: ignore[call-overload]
     for target, source in sorted(binds.items()):
@@ -136,6 +141,10 @@ def setup(spec: dict[str, object]) -> None:
             raise OSError(f"cannot make {target}: no directory {parent} on this host")
         g.open(parent)
         g._replace(source, target)
+    for i, path in enumerate(shared):
+        if not _is_dir(path):
+            raise OSError(f"cannot share {path}: no directory there in the node")
+        _mount("--move", f"{STASH}-shared/{i}", path)
     # Read-only: nothing the node runs (a hostPath volume it creates, a default path) writes
     # the host's files. Only this mount's flag changes, in this namespace: submounts (/dev,
     # /proc, the binds above, which were made while it was writable) keep theirs, and the
@@ -157,7 +166,7 @@ def setup(spec: dict[str, object]) -> None:
         if os.path.exists(nv):
             g.open("/etc")
             g._replace(nv, "/etc/nv_tegra_release")
-    g.read_only(keep_writable=("/sys/fs/cgroup", *binds))
+    g.read_only(keep_writable=("/sys/fs/cgroup", *binds, *shared))
 
 
 def main(argv: list[str]) -> int:

@@ -168,6 +168,9 @@ class NsNode:
     addr: NsAddress
     labels: dict[str, str] = field(default_factory=dict)
     twin_root: Path | None = None
+    # Host directories the node sees at the same path, read-write (the local cluster's shared
+    # checkpoint directory, which a hostPath PersistentVolume names).
+    shared_dirs: tuple[str, ...] = ()
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)
     mnt_ns: str = ""
@@ -279,8 +282,15 @@ class NsNode:
             endpoint=f"unix://{SOCKET}", pod_logs_dir=Path("/var/log/pods"),
             volume_plugin_dir=Path("/var/lib/kubelet/volume-plugins"),
             cgroup_root=f"/{self.cgroup_root}"), indent=2).encode(), 0o644)
+        for shared in self.shared_dirs:
+            # A mount point inside the node's own directory where one holds the path.
+            for target, sub in PRIVATE_DIRS.items():
+                if shared.startswith(target + "/"):
+                    (d / sub / shared.removeprefix(target + "/")).mkdir(parents=True,
+                                                                         exist_ok=True)
         spec = {
             "binds": {t: str(d / s) for t, s in PRIVATE_DIRS.items()},
+            "shared": list(self.shared_dirs),
             "writable": [str(d)],
             "twin_root": str(self.twin_root) if self.twin_root is not None else "",
             "twin_skip": list(TWIN_SKIP),

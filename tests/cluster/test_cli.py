@@ -51,7 +51,8 @@ def test_vnodes_command_attaches_nodes_to_an_existing_cluster(
 @pytest.mark.cluster
 def test_cluster_up_status_down(tmp_path: Path) -> None:
     run_dir = tmp_path / "c"
-    up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0", "--idle", "3",
+    up = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
+                    "--jetson", "nano=1", "--server", "0", "--idle", "3",
                     "--dir", str(run_dir))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -64,7 +65,8 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert nodes.count("kwok-idle-") == 3
         status = _edgetrain("cluster", "status", "--dir", str(run_dir))
         assert status.returncode == 0 and "kube-apiserver" in status.stdout, status.stdout
-        again = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0",
+        again = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
+                           "--jetson", "nano=1", "--server", "0",
                            "--dir", str(run_dir))
         assert again.returncode == 0, again.stderr
     finally:

@@ -117,8 +117,11 @@ def test_runtime_wrapper_edits_the_bundle_on_create_only(tmp_path: Path) -> None
 def test_node_configs_use_its_own_paths_and_cgroup_root(tmp_path: Path) -> None:
     pki = ensure_pki(tmp_path / "pki", NodeNetwork(3).api_service_ip)
     node = NsNode(tmp_path, "jetson-nano-0", NsAddress(NodeNetwork(3), 1),
-                  twin_root=tmp_path / "nodes" / "jetson-nano-0" / "twin")
+                  twin_root=tmp_path / "nodes" / "jetson-nano-0" / "twin",
+                  shared_dirs=("/var/lib/edgetrain/checkpoints",))
     node._write_configs(pki)
+    # The shared directory's mount point, inside the node's own /var/lib/edgetrain.
+    assert (node.dir / "edgetrain" / "checkpoints").is_dir()
     kubelet = json.loads((node.dir / "kubelet.yaml").read_text())
     assert kubelet["cgroupRoot"] == "/edgetrain3-jetson-nano-0"
     assert kubelet["address"] == "198.18.3.3" and kubelet["failCgroupV1"] is False
@@ -131,6 +134,7 @@ def test_node_configs_use_its_own_paths_and_cgroup_root(tmp_path: Path) -> None:
     assert set(spec["binds"]) >= {"/var/lib/kubelet", "/var/log", "/var/lib/edgetrain"}
     assert all(Path(s).is_relative_to(node.dir) for s in spec["binds"].values())
     assert spec["writable"] == [str(node.dir)]
+    assert spec["shared"] == ["/var/lib/edgetrain/checkpoints"]
     kubeconfig = (node.dir / "kubelet.kubeconfig").read_text()
     assert "https://198.19.3.1:443" in kubeconfig
 
@@ -140,11 +144,13 @@ def test_node_file_system_grafts_the_twin_and_leaves_the_host_alone(tmp_path: Pa
     """nodefs.py in `unshare --mount --net`: the twin's Nano devfreq at its Jetson path, writes
     reaching the twin, the host's entries read-only, nothing in the host's mount table."""
     twin = DeviceTwin("jetson-nano", tmp_path / "twin").build()
-    for d in ("kubelet", "log", "state"):
+    for d in ("kubelet", "log", "state", "state/shared", "host-shared"):
         (tmp_path / d).mkdir()
     spec = {"binds": {"/var/lib/kubelet": str(tmp_path / "kubelet"),
                       "/var/log": str(tmp_path / "log"), "/var/lib/edgetrain": str(tmp_path /
                                                                                    "state")},
+            # A host directory the node sees at the same path, under its own /var/lib/edgetrain.
+            "shared": [str(tmp_path / "host-shared")],
             "twin_root": str(twin.root), "twin_skip": ["/sys/devices/system/cpu"],
             "writable": [str(tmp_path / "state"), str(twin.root)]}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -153,7 +159,8 @@ def test_node_file_system_grafts_the_twin_and_leaves_the_host_alone(tmp_path: Pa
     host_probe = Path(f"/var/lib/.edgetrain-nodefs-probe-{os.getpid()}")
     probe = (f"cat {devfreq}/max_freq /sys/firmware/devicetree/base/model; echo; "
              f"echo 76800000 > {devfreq}/max_freq; ls /sys/class/net; "
-             f"touch /var/lib/kubelet/k /var/log/l; touch {host_probe} 2>&1; "
+             f"touch /var/lib/kubelet/k /var/log/l {tmp_path}/host-shared/s; "
+             f"touch {host_probe} 2>&1; "
              "cat /etc/nv_tegra_release; ls /sys/fs/cgroup")
     try:
         res = subprocess.run(
@@ -171,4 +178,5 @@ def test_node_file_system_grafts_the_twin_and_leaves_the_host_alone(tmp_path: Pa
     assert "\nlo\n" in out and "eth0" not in out  # the node's own network namespace
     assert "Read-only file system" in out and "R32 (release)" in out and "memory" in out
     assert (tmp_path / "kubelet" / "k").exists() and (tmp_path / "log" / "l").exists()
+    assert (tmp_path / "host-shared" / "s").exists()
     assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()

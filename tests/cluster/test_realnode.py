@@ -42,7 +42,8 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     """`cluster up` with a virtual Nano and a real server node; (run dir, up's stdout)."""
     require_real_node()
     run_dir = tmp_path_factory.mktemp("real") / "c"
-    up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "1", "--images", "",
+    up = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
+                    "--jetson", "nano=1", "--server", "1", "--images", "",
                     "--dir", str(run_dir))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -131,13 +132,15 @@ def test_up_again_reuses_the_node_and_a_second_cluster_gets_a_virtual_server(
         real_cluster: tuple[Path, str], tmp_path: Path) -> None:
     run_dir, _ = real_cluster
     before = json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"]
-    again = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "1", "--images", "",
+    again = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
+                       "--jetson", "nano=1", "--server", "1", "--images", "",
                        "--dir", str(run_dir))
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"] == before
     # One kubelet per host: a second cluster says why in one line and stays virtual.
     other = tmp_path / "o"
-    second = _edgetrain("cluster", "up", "--jetson", "", "--server", "1", "--dir", str(other))
+    second = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
+                        "--jetson", "", "--server", "1", "--dir", str(other))
     try:
         assert second.returncode == 0, second.stdout + second.stderr
         assert ("server node virtual: this host cannot run a kubelet: another cluster's real "
