@@ -22,6 +22,7 @@ import pytest
 from edgetrain import __version__
 from edgetrain.cluster import KubeClient, LocalCluster
 from edgetrain.cluster.hostnet import cannot_run_kubelet, claim_network, remove_links
+from edgetrain.cluster.images import ImportResult, import_project_images
 from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import NsNode
@@ -52,9 +53,20 @@ class RealCluster:
     cluster: LocalCluster
     fleet: JetsonFleet
     kube: KubeClient
+    images: list[ImportResult]
+
+    def missing_images(self) -> list[str]:
+        """The images a node was to hold that podman did not have, each with why."""
+        return [f"{r.ref}: {r.missing}" for r in self.images if r.missing]
 
     def node(self, name: str) -> NsNode:
         return next(n for n in self.fleet.nodes if n.name == name)
+
+    def import_images(self, name: str, images: Sequence[str], platform: str) -> None:
+        """More images into one node (what only that node needs)."""
+        node = self.node(name)
+        self.images += import_project_images(node.ctr(), node.dir / "image-exports",
+                                             __version__, images, platform)
 
 
 @contextlib.contextmanager
@@ -71,8 +83,8 @@ def real_cluster(run_dir: Path, specs: Sequence[VNodeSpec], arch: str = "amd64",
         fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch)
         with cluster.client() as kube:
             try:
-                fleet.start(specs, kube, images, __version__, timeout_s, log, **start)
-                yield RealCluster(cluster, fleet, kube)
+                got = fleet.start(specs, kube, images, __version__, timeout_s, log, **start)
+                yield RealCluster(cluster, fleet, kube, got)
             finally:
                 teardown_jetsons(run_dir)
     finally:

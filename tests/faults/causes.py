@@ -67,7 +67,7 @@ def blocked_workers(fleet: Fleet) -> Iterator[list[Case]]:
       and only that job misses the efficiency cache;
     - no node that fits: the job's one node is tainted, which the operator does not plan
       around and the scheduler does not pass;
-    - a missing image: the job's one node cannot reach its registry."""
+    - a missing image: the job's one node does not hold it and cannot reach its registry."""
     policy = f"{fleet.ns}-deny"
     cases = [
         Case("blk-admission", "AdmissionRefused", (policy, "denied request"),
@@ -108,7 +108,7 @@ def blocked_workers(fleet: Fleet) -> Iterator[list[Case]]:
         _refused(fleet, _probe_pod({LABEL_JOB: "blk-admission"}), policy, "the policy")
         _refused(fleet, _probe_pod({}, {"limits": {"nvidia.com/gpu": "1"}}), "exceeded quota",
                  "the quota")
-        (tainted,) = fleet.add_nanos("taint")
+        (tainted,) = fleet.add_nanos("taint", trainer=False)  # the scheduler refuses it
         fleet.kube.patch(api_path("v1", "nodes", name=tainted), {"spec": {"taints": [TAINT]}})
         fleet.add_nanos("noreg", registry_reachable=False)
         for case, label in ((cases[2], "taint"), (cases[3], "noreg")):

@@ -6,9 +6,10 @@ pool, the jobs' checkpoints on a hostPath volume every node shares. A pod kill i
 kill and a node loss a power loss of the node (edgetrain/cluster/nsfaults.py). Every fault is
 recorded for the summary at the end.
 
-The Nanos are amd64 by default (labelled as not emulated: the faults are the runtime's, and
-training under QEMU costs minutes per job); EDGETRAIN_FAULTS_JETSON_ARCH=arm64 runs them as a
-Jetson is, with the arm64 trainer image."""
+The Nanos are arm64 under QEMU, as a Jetson is and as the README runs them, with the arm64
+CPU trainer (1.1 GB). EDGETRAIN_FAULTS_JETSON_ARCH=amd64 runs them natively (labelled as not
+emulated), training about six times faster, but with the CPU estimator as their trainer: PyPI
+has no CPU-only x86-64 torch, so that image is 7.6 GB with its CUDA libraries, per node."""
 
 from __future__ import annotations
 
@@ -58,14 +59,18 @@ CHECKPOINT_INTERVAL = 256  # the trainer checkpoints at every evaluation
 # test looked elsewhere); Failed counts as later than all, so the caller's assertion says why.
 PHASES = ("Pending", "EstimatingEfficiency", "Profiling", "Selecting", "WaitingForPower",
           "Training", "Succeeded", "Failed")
-JETSON_ARCH = os.environ.get("EDGETRAIN_FAULTS_JETSON_ARCH", "amd64")
+JETSON_ARCH = os.environ.get("EDGETRAIN_FAULTS_JETSON_ARCH", "arm64")
 # The trainer for the Nanos' architecture: arm64, the Jetson's CPU variant; amd64, the CPU
 # estimator, which carries the same entry points (`edgetrain worker`, the `train` extra).
 TRAINER = {"arm64": "trainer-cpu", "amd64": "estimator-cpu"}[JETSON_ARCH]
 ESTIMATOR = "estimator-cpu"
 NANO_IMAGES = ("node-agent", TRAINER)
-SERVER_IMAGES = ("operator", ESTIMATOR)
-NODE_TIMEOUT_S = 600.0  # a cold import of the CPU torch images into a node takes minutes here
+# Both servers run an operator replica; the estimate pods go to the first only (the chart's
+# serverSelector), the one node that holds the estimator (GBs: PyPI's x86-64 torch brings the
+# CUDA libraries, which load and stay unused).
+SERVER_IMAGES = ("operator",)
+ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
+NODE_TIMEOUT_S = 900.0  # importing the CPU torch images into a node takes minutes here
 
 
 @dataclass
@@ -316,17 +321,19 @@ class Fleet:
         return sorted(self.pool_names)
 
     def add_nanos(self, label: str, count: int = 1, agents: bool = False,
-                  registry_reachable: bool = True) -> list[str]:
+                  registry_reachable: bool = True, trainer: bool = True) -> list[str]:
         """More Nanos outside the pool, labelled edgetrain.io/site=<pool>-<label> for a job's
         placement or a budget; their names. `agents`: in the pool's node-agent DaemonSet too.
         `registry_reachable=False`: without the trainer image and with no route out, so the
-        worker's image cannot be pulled."""
+        worker's image cannot be pulled. `trainer=False`: nodes that run no worker need not
+        hold its image (a GB under arm64)."""
         specs = node_specs({"jetson-nano": count}, prefix=f"{self.pool}-{label}")
         run_dir = self.work / f"extra-{label}"
         net = claim_network()
         fleet = JetsonFleet(run_dir, net, self.cluster.ports["apiserver"], JETSON_ARCH)
         self.extra[label] = Extra(run_dir, fleet)  # remove_extra tears down what started
-        fleet.start(specs, self.kube, NANO_IMAGES if registry_reachable else ("node-agent",),
+        fleet.start(specs, self.kube, NANO_IMAGES if registry_reachable and trainer
+                    else ("node-agent",),
                     __version__, NODE_TIMEOUT_S, lambda _m: None,
                     shared_dirs=(str(self.work / "checkpoints"),))
         if not registry_reachable:
@@ -444,6 +451,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                       server_images=SERVER_IMAGES, shared_dirs=(str(shared),)) as real:
         kube = real.kube
         names = [s.name for s in specs]
+        real.import_images(names[POOL_NODES], (ESTIMATOR,), "linux/amd64")
+        missing = real.missing_images()
+        assert not missing, f"images podman lacks (`make images-local` builds them): {missing}"
         fl = Fleet(kube, real, ns, pool, names[:POOL_NODES], names[POOL_NODES:], work=work)
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": ns}})
@@ -458,8 +468,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             for name in names:
                 # The servers opt out of the node agents, as the chart says a non-Jetson does.
                 opt_out = {} if name in fl.pool_names else {"edgetrain.io/node-agent": "disabled"}
-                kube.patch(api_path("v1", "nodes", name=name),
-                           {"metadata": {"labels": {"edgetrain.io/pool": pool, **opt_out}}})
+                estimates = ESTIMATES_LABEL if name == names[POOL_NODES] else {}
+                kube.patch(api_path("v1", "nodes", name=name), {"metadata": {"labels": {
+                    "edgetrain.io/pool": pool, **opt_out, **estimates}}})
             kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _sa: True,
                           timeout_s=30, what="default ServiceAccount")
             _install(fl)
@@ -490,6 +501,7 @@ def _install(fl: Fleet) -> None:
                  "labelSelector": {"matchLabels": {
                      "app.kubernetes.io/component": "operator"}}}]}}),
          "--set", f"operator.settings.namespaces={{{ns}}}",
+         "--set-json", f"operator.settings.serverSelector={json.dumps(ESTIMATES_LABEL)}",
          # The chart gives the job namespace its worker identity (the operator makes none).
          "--set", f"worker.namespaces={{{ns}}}",
          "--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}",
