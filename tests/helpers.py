@@ -59,3 +59,15 @@ def http_get(url: str, **kwargs: Any) -> httpx.Response:
     if client is None:
         client = _THREAD.client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
     return client.get(url, **kwargs)
+
+
+def pod_log(kube: Any, pod: dict[str, Any], container: str) -> str:
+    """A container's log from its node's kubelet (`kubectl logs`), or why there is none."""
+    from edgetrain.cluster import api_path
+
+    meta = pod["metadata"]
+    try:
+        return str(kube.get_text(api_path("v1", "pods", meta["namespace"], meta["name"], "log")
+                                 + f"?container={container}"))
+    except Exception as exc:  # a diagnostic: say why instead of failing
+        return f"<no log of {meta['name']}/{container}: {exc}>"
