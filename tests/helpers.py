@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from edgetrain.cluster.forkserver import shared_fork_server
+from tests.forkserver import shared_fork_server
 
 # Profiling options that keep a twin measurement to a fraction of a second per point.
 FAST_PROFILE_ARGS = [
