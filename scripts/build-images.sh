@@ -389,6 +389,14 @@ if [[ "${1:-}" == "--emulation-only" ]]; then
   log "emulation: arm64 programs run on this $(uname -m) host"
   exit 0
 fi
+# One build at a time per image store: two builds that publish the same manifest list at once
+# (two test workers, two checkouts) leave a list whose instance manifest is missing, and then
+# every `podman images` fails until the list is removed.
+if [[ "$ENGINE" == podman ]]; then
+  BUILD_LOCK="${EDGETRAIN_BUILD_LOCK:-/run/edgetrain-build-images.lock}"
+  exec {lock_fd}>>"$BUILD_LOCK"
+  flock "$lock_fd"
+fi
 IMAGES=("$@")
 [[ ${#IMAGES[@]} -gt 0 ]] || IMAGES=(operator node-agent)
 
