@@ -53,7 +53,7 @@ from edgetrain.cluster.realnode import (
 from edgetrain.kube import KubeClient, Obj, node_ready
 
 app = typer.Typer(
-    help="A real local Kubernetes control plane with virtual Jetson nodes.",
+    help="A real local Kubernetes control plane; every node a real kubelet with containerd.",
     no_args_is_help=True,
 )
 out = Console()
