@@ -281,7 +281,7 @@ def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str,
     from tests.observability.test_chart import CHART, helm
 
     release, port = f"m{namespace[-6:]}", free_ports(1)[0]
-    helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "300s",
+    helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "170s",
          "--set", "operator.enabled=false", "--set", f"agent.metrics.port={port}",
          "--set-json", "agent.nodeSelector=" + json.dumps(
              {"kubernetes.io/arch": None, **selector}),
