@@ -11,10 +11,22 @@ import pytest
 from edgetrain.api import EfficiencyVector, ProfilePoint, write_efficiency, write_profile
 from edgetrain.device.sim import DeviceTwin
 from edgetrain.workloads import workload_cost
-from tests.cluster.fixtures import cluster, kube, namespace, repo_root, vnodes
+from tests.cluster.fixtures import (
+    checkpoint_root,
+    cluster,
+    estimator_image,
+    kube,
+    namespace,
+    real_fleet,
+    repo_root,
+    slot,
+    trainer_images,
+)
 
-# The session's control plane, for every test below (defined once: see tests/cluster/fixtures.py).
-__all__ = ["cluster", "kube", "namespace", "repo_root", "vnodes"]
+# The session's control plane and real nodes, for every test below (defined once: see
+# tests/cluster/fixtures.py).
+__all__ = ["checkpoint_root", "cluster", "estimator_image", "kube", "namespace", "real_fleet",
+           "repo_root", "slot", "trainer_images"]
 
 MHZ = 1_000_000
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from edgetrain.cluster.forkserver import shared_fork_server
+from tests.forkserver import shared_fork_server
 
 
 def skip_here_fail_in_ci(reason: str | None, in_ci: str, here: str) -> None:
@@ -86,3 +86,15 @@ def http_get(url: str, **kwargs: Any) -> httpx.Response:
     if client is None:
         client = _THREAD.client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
     return client.get(url, **kwargs)
+
+
+def pod_log(kube: Any, pod: dict[str, Any], container: str) -> str:
+    """A container's log from its node's kubelet (`kubectl logs`), or why there is none."""
+    from edgetrain.cluster import api_path
+
+    meta = pod["metadata"]
+    try:
+        return str(kube.get_text(api_path("v1", "pods", meta["namespace"], meta["name"], "log")
+                                 + f"?container={container}"))
+    except Exception as exc:  # a diagnostic: say why instead of failing
+        return f"<no log of {meta['name']}/{container}: {exc}>"

@@ -78,12 +78,12 @@ def test_install_guide_runs_on_bare_nodes() -> None:
     env = dict(os.environ, EDGETRAIN_CLUSTER_DIR=str(tmp / "cluster"),
                KUBECONFIG=str(tmp / "cluster" / "kubeconfig"), **_shim(tmp / "bin"))
     env.pop("EDGETRAIN_SYSFS_ROOT", None)
-    # The fleet: K3s's part of the guide (its `sh` blocks). Virtual nodes only: the node
-    # agents and every job pod run on them either way; the README's test runs the operator's
-    # image on a real node.
-    up = _run("edgetrain cluster up --jetson-runtime virtual --bare --no-real-server "
+    # The fleet: K3s's part of the guide (its `sh` blocks). Namespaced real nodes only (the
+    # README's test runs the server in the host's namespaces): the node agents and every job
+    # pod run in their containers.
+    up = _run("edgetrain cluster up --bare --no-real-server "
               "--jetson nano=2,orin=1 --server 1",
-              env, 300)
+              env, 900)
     assert up.returncode == 0, up.stdout + up.stderr
     outputs: list[str] = []
     try:
@@ -100,7 +100,7 @@ def test_install_guide_runs_on_bare_nodes() -> None:
                 _every_jetson_labelled_in_one_start(env)
             if body.startswith("edgetrain doctor"):
                 assert out.stdout.rstrip().endswith("no problems found"), out.stdout
-                assert re.search(r"vnode-gpu-server-0\s+amd64\s+server\s+yes", out.stdout)
+                assert re.search(r"gpu-server-0\s+amd64\s+server\s+yes", out.stdout)
             if "custom-columns" in body:
                 _each_phase_ran_its_image(env)
             if "patj/digits-5w" in body:
@@ -175,7 +175,7 @@ def _uninstalled(env: dict[str, str]) -> None:
             assert not _ours(node["metadata"]["labels"]), node["metadata"]
             assert not {k for k in node["metadata"].get("annotations") or {}
                         if k.startswith("edgetrain.io/") and k not in (
-                            "edgetrain.io/simulated", "edgetrain.io/vnode-dir")}
+                            "edgetrain.io/simulated",)}
         # The chart's own namespace goes with it (gone, or still terminating).
         agents = kube.get_or_none(api_path("v1", "namespaces", name="edgetrain-node-agent"))
         assert agents is None or agents["metadata"].get("deletionTimestamp"), agents

@@ -29,7 +29,6 @@ NODE_AGENT_DISABLED = "disabled"
 LABEL_ARCH = "kubernetes.io/arch"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource
-ANNOTATION_VNODE_DIR = "edgetrain.io/vnode-dir"  # a virtual node's working folder
 
 # The chart's node-agent pods (templates/agent.yaml) and how Prometheus finds their endpoint:
 # the operator reads a site's measured draw from them the same way.

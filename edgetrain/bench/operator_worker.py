@@ -28,7 +28,7 @@ from edgetrain.api.keys import ANNOTATION_BENCH_DONE, LABEL_JOB, LABEL_PHASE
 from edgetrain.api.profile import ProfileMetadata, ProfilePoint, format_profile_csv
 from edgetrain.api.training import DeviceUsage, TrainingEvent
 from edgetrain.api.workload import WorkloadCost
-from edgetrain.cluster.podspec import expand_vars, field_ref
+from edgetrain.bench.podspec import expand_vars, field_ref
 from edgetrain.device.sim.boards import BOARDS
 from edgetrain.device.sim.physics import ground_truth
 from edgetrain.kube import KubeApiError, KubeClient, Obj, api_path

@@ -22,7 +22,6 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "profile": ("edgetrain.cli.workloads", "profile_command", {}),
     "train-reference": ("edgetrain.cli.predict", "train_reference_command", {}),
     "run": ("edgetrain.cli.run", "run_command", {}),
-    "vnodes": ("edgetrain.cli.cluster", "vnodes", {}),
     "operator": ("edgetrain.cli.operator", "operator_command", {}),
     "crds": ("edgetrain.cli.operator", "crds_command", {}),
     "worker": ("edgetrain.cli.operator", "worker_command",

@@ -1,11 +1,9 @@
-"""`edgetrain cluster up|down|status` and `edgetrain vnodes`: local Kubernetes with virtual
-Jetson nodes, or virtual Jetson nodes attached to any cluster."""
+"""`edgetrain cluster up|down|status`: local Kubernetes whose nodes are real kubelets with
+containerd (the Jetsons over device twins, arm64 under QEMU)."""
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,7 +19,7 @@ from edgetrain.api.keys import (
     LABEL_EMULATED_ARCH,
     LABEL_NODE_KIND,
 )
-from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR, WORKER_UID
+from edgetrain.api.pod_security import DEFAULT_CHECKPOINT_DIR
 from edgetrain.cluster import binaries, imagestore
 from edgetrain.cluster.boards import parse_counts as _parse_counts
 from edgetrain.cluster.boards import profile
@@ -33,14 +31,18 @@ from edgetrain.cluster.hostnet import (
     claim_network,
     remove_links,
 )
-from edgetrain.cluster.images import CORE_IMAGES, PLATFORM, import_project_images
+from edgetrain.cluster.images import PLATFORM, import_project_images
 from edgetrain.cluster.jetsons import ARCHES as JETSON_ARCHES
-from edgetrain.cluster.jetsons import JETSON_IMAGES, SERVER_IMAGES, JetsonFleet, teardown_jetsons
-from edgetrain.cluster.jetsons import STATE_FILE as JETSONS_STATE
+from edgetrain.cluster.jetsons import (
+    JETSON_IMAGES,
+    SERVER_IMAGES,
+    JetsonFleet,
+    prepare_shared_dir,
+    teardown_jetsons,
+)
 from edgetrain.cluster.kwok import create_idle_nodes, wait_ready
 from edgetrain.cluster.nodes import VNodeSpec, node_specs
-from edgetrain.cluster.pki import Pki
-from edgetrain.cluster.process import ComponentError, ManagedProcess
+from edgetrain.cluster.process import ComponentError
 from edgetrain.cluster.realnode import (
     RealNode,
     kubelet_running,
@@ -48,11 +50,10 @@ from edgetrain.cluster.realnode import (
     server_labels,
     teardown,
 )
-from edgetrain.cluster.vnode import VNodeAgent, prepare_shared_dir
-from edgetrain.kube import KubeClient, KubeconfigError, Obj, node_ready, node_schedulable
+from edgetrain.kube import KubeClient, Obj, node_ready
 
 app = typer.Typer(
-    help="A real local Kubernetes control plane with virtual Jetson nodes.",
+    help="A real local Kubernetes control plane; every node a real kubelet with containerd.",
     no_args_is_help=True,
 )
 out = Console()
@@ -78,15 +79,6 @@ def _counts(text: str) -> dict[str, int]:
 
 
 REAL_SERVER_NAME = "gpu-server-0"
-
-
-VNODE_PREFIX = "vnode"
-
-
-def _virtual_nodes(client: KubeClient) -> list[Obj]:
-    """The nodes `cluster up`'s vnodes process runs, by name: bare ones carry no label of ours."""
-    return [n for n in client.get("/api/v1/nodes")["items"]
-            if str(n["metadata"]["name"]).startswith(f"{VNODE_PREFIX}-")]
 
 
 def _all_nodes(client: KubeClient) -> list[Obj]:
@@ -143,23 +135,21 @@ def real_jetsons_unavailable(arch: str) -> str | None:
 def up(
     jetson: Annotated[str, typer.Option(help="Jetson nodes, BOARD=N,...")] = "nano=1",
     server: Annotated[int, typer.Option(
-        help="GPU-server nodes (amd64, each advertising simulated nvidia.com/gpu where real): "
-             "the first in the host's namespaces where this host can run one, the others "
-             "namespaced; with --jetson-runtime virtual, the others virtual.")] = 1,
+        help="GPU-server nodes (amd64, each advertising simulated nvidia.com/gpu): the first "
+             "in the host's namespaces where this host can run one, the others "
+             "namespaced.")] = 1,
     real_server: Annotated[bool, typer.Option(
         help="Run the first server node in the host's namespaces where this host can "
-             "(--no-real-server: namespaced with a real runtime, virtual with a virtual "
-             "one).")] = True,
+             "(--no-real-server: namespaced).")] = True,
     images: Annotated[str | None, typer.Option(
-        help="Project images to copy from podman into each real server node's containerd "
-             f"(default {','.join(SERVER_IMAGES)} with a real runtime, "
-             f"{','.join(CORE_IMAGES)} with a virtual one).")] = None,
+        help="Project images to copy from podman into each server node's containerd "
+             f"(default {','.join(SERVER_IMAGES)}).")] = None,
     idle: Annotated[int, typer.Option(help="Idle kwok nodes (scale).")] = 0,
     jetson_runtime: Annotated[str, typer.Option(
-        help="real: every node a kubelet with containerd (each Jetson and each server beyond "
-             "the first in namespaces of its own, the Jetsons over their device twins); "
-             "virtual: the Jetsons' pods as local processes (docs/cluster.md); auto: real "
-             "where this host can, else virtual.")] = "auto",
+        help="real (the only runtime; auto means the same): every node a kubelet with "
+             "containerd, each Jetson and each server beyond the first in namespaces of its "
+             "own, the Jetsons over their device twins. A host that cannot run a kubelet "
+             "cannot run the cluster (docs/install.md has a kind config).")] = "auto",
     jetson_arch: Annotated[str, typer.Option(
         help="Architecture of real Jetson nodes: arm64 (emulated with QEMU, as a Jetson is) "
              "or amd64 (native: for tests where emulation is too slow).")] = "arm64",
@@ -176,9 +166,9 @@ def up(
     """Start the control plane and nodes in the background (idempotent)."""
     run_dir = (dir or default_dir()).resolve()
     counts = _counts(jetson)
-    if jetson_runtime not in ("auto", "real", "virtual"):
-        err.print(f"--jetson-runtime {jetson_runtime!r}: use auto, real or virtual",
-                  markup=False)
+    if jetson_runtime not in ("auto", "real"):
+        err.print(f"--jetson-runtime {jetson_runtime!r}: use real (the virtual runtime is "
+                  "gone: every node is a real kubelet; docs/cluster.md)", markup=False)
         raise typer.Exit(2)
     if jetson_arch not in JETSON_ARCHES:
         err.print(f"--jetson-arch {jetson_arch!r}: use {' or '.join(JETSON_ARCHES)}",
@@ -186,36 +176,26 @@ def up(
         raise typer.Exit(2)
     existing = LocalCluster.attach(run_dir)
     reused = existing is not None and existing.healthy()
-    if reused:
-        real_runtime = (run_dir / JETSONS_STATE).exists()
-    else:
+    if not reused:
         teardown_jetsons(run_dir)  # nodes of a stale cluster: stop them before starting over
         teardown(run_dir)
-        why_not = real_jetsons_unavailable(jetson_arch) if jetson_runtime != "virtual" else None
-        if why_not is not None and jetson_runtime == "real":
-            err.print(f"--jetson-runtime real: this host cannot run a kubelet: {why_not}",
-                      markup=False)
-            raise typer.Exit(1)
+        why_not = real_jetsons_unavailable(jetson_arch)
         if why_not is not None:
-            out.print(f"virtual Jetsons and servers: this host cannot run a kubelet: "
-                      f"{why_not}", markup=False)
-        real_runtime = jetson_runtime != "virtual" and why_not is None
+            err.print(f"cluster up: this host cannot run a kubelet: {why_not} (elsewhere: the "
+                      "kind config in docs/install.md)", markup=False)
+            raise typer.Exit(1)
     real = None
     if reused:
         real = "reuse" if (run_dir / "realnode.json").exists() else None
     elif server >= 1 and real_server:
         reason = real_node_unavailable()
-        if reason is not None and not real_runtime:
-            out.print(f"server node virtual: this host cannot run a kubelet: {reason}",
-                      markup=False)
-        elif reason is not None:
+        if reason is not None:
             out.print(f"{REAL_SERVER_NAME} namespaced: {reason}", markup=False)
         else:
             real = "new"
-    # With a real runtime every server the host's namespaces do not hold is namespaced.
-    ns_servers = server - (1 if real else 0) if real_runtime else 0
-    ns_specs = [s for s in node_specs(counts if real_runtime else {}, server, prefix="",
-                                      bare=bare)
+    # Every server the host's namespaces do not hold is namespaced.
+    ns_servers = server - (1 if real else 0)
+    ns_specs = [s for s in node_specs(counts, server, prefix="", bare=bare)
                 if s.profile.kind == "jetson" or (
                     ns_servers and not (real and s.name == REAL_SERVER_NAME))]
     # Claimed (its interface made) at once: a cluster started beside this one takes another.
@@ -228,41 +208,14 @@ def up(
             remove_links(net)
         err.print(f"[red]cluster up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
-    virtual_servers = 0 if real_runtime else server - (1 if real else 0)
-    virtual_jetsons = "" if real_runtime else jetson
-    expected = (0 if real_runtime else sum(counts.values())) + virtual_servers
-    vnodes = cluster.components.get("vnodes")
-    if expected and (vnodes is None or not vnodes.alive()):
-        argv = [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig",
-                str(cluster.kubeconfig), "--cluster-pki", str(cluster.pki.dir),
-                "--jetson", virtual_jetsons, "--server", str(virtual_servers),
-                "--prefix", VNODE_PREFIX, "--work-dir", str(run_dir / "vnodes"),
-                *(["--bare"] if bare else [])]
-        proc = ManagedProcess("vnodes", argv, cluster.log_path("vnodes"), detached=True).start()
-        cluster.adopt("vnodes", proc)
-        with cluster.client() as client:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                proc.check()
-                nodes = _virtual_nodes(client)
-                if sum(node_schedulable(n) for n in nodes) >= expected:
-                    break
-                if time.monotonic() > deadline:
-                    err.print(f"[red]virtual nodes not Ready after {timeout_s:.0f} s[/red]; "
-                              f"see {proc.log_path}")
-                    raise typer.Exit(1)
-                time.sleep(0.5)
-    if real_runtime and not reused:
+    if not reused:
         # The local stand-in for the fleet's shared checkpoint storage (hostPath PV:
         # examples/checkpoint-storage-local.yaml), writable by the worker UID.
         prepare_shared_dir(Path(DEFAULT_CHECKPOINT_DIR))
     if images is None:
-        images = ",".join(SERVER_IMAGES if real_runtime else CORE_IMAGES)
+        images = ",".join(SERVER_IMAGES)
     if net is not None and real == "new":
-        # Its simulated GPUs only beside real Jetsons: with virtual ones the estimate pods
-        # stay on the virtual servers (the real node holds no estimator image then).
-        _start_real_node(cluster, net, images, timeout_s, bare,
-                         gpus=profile("server").gpus if real_runtime else 0)
+        _start_real_node(cluster, net, images, timeout_s, bare, gpus=profile("server").gpus)
     if net is not None and ns_specs:
         _start_real_jetsons(cluster, net, ns_specs, jetson_arch, jetson_images, images,
                             timeout_s)
@@ -388,61 +341,3 @@ def status(dir: DirOpt = None) -> None:
         with cluster.client() as client:
             out.print(_nodes_table(_all_nodes(client)))
     out.print(f"export KUBECONFIG={cluster.kubeconfig}")
-
-
-def vnodes(
-    kubeconfig: Annotated[Path | None, typer.Option(
-        help="Cluster to attach to (default $KUBECONFIG or ~/.kube/config).")] = None,
-    context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
-    jetson: Annotated[str, typer.Option(help="Virtual Jetson nodes, BOARD=N,...")] = "nano=1",
-    server: Annotated[int, typer.Option(help="Virtual GPU-server nodes.")] = 0,
-    prefix: Annotated[str, typer.Option(help="Node name prefix.")] = "vnode",
-    work_dir: Annotated[Path | None, typer.Option(
-        help="Where twins, pod dirs and logs live (default ~/.cache/edgetrain/vnodes).")] = None,
-    keep_nodes: Annotated[bool, typer.Option(help="Leave the Nodes registered on exit.")] = False,
-    restart_backoff_s: Annotated[float, typer.Option(
-        help="First restart back-off (the kubelet uses 10 s).")] = 10.0,
-    cluster_pki: Annotated[Path | None, typer.Option(
-        help="The cluster's PKI dir (ca.crt, ca.key): kubelet endpoints get certificates "
-             "the API server trusts. Without it they are self-signed.")] = None,
-    shared_dir: Annotated[list[Path] | None, typer.Option(
-        help="A host directory the pods share, made writable by the worker UID "
-             f"{WORKER_UID} (repeatable; default the operator's checkpoint root "
-             f"{DEFAULT_CHECKPOINT_DIR}).")] = None,
-    preload: Annotated[bool, typer.Option(
-        help="Fork `edgetrain` containers from one interpreter that imported torch (6 s less "
-             "per pod); --no-preload starts each as a new process.")] = True,
-    bare: Annotated[bool, typer.Option(
-        help="Register the nodes with only hostname, os and arch labels (a fresh K3s node); "
-             "the chart's node agents label the Jetsons.")] = False,
-) -> None:
-    """Attach virtual Jetson nodes to a cluster (ours, kind, k3s) and run their pods locally."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        client = KubeClient.from_kubeconfig(kubeconfig, context)
-    except KubeconfigError as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
-    specs = node_specs(_counts(jetson), server, prefix, bare=bare)
-    for path in shared_dir or []:
-        try:
-            prepare_shared_dir(path)
-        except OSError as exc:
-            err.print(f"[red]--shared-dir {path}: {exc.strerror or exc}[/red]")
-            raise typer.Exit(2) from exc
-    agent = VNodeAgent(
-        client, specs, (work_dir or Path.home() / ".cache" / "edgetrain" / "vnodes").resolve(),
-        restart_backoff_s=restart_backoff_s, delete_nodes_on_stop=not keep_nodes,
-        cluster_ca=Pki(cluster_pki) if cluster_pki is not None else None,
-        shared_dirs=shared_dir or (Path(DEFAULT_CHECKPOINT_DIR),), preload_pods=preload,
-    )
-    try:
-        agent.start()
-        agent.wait_ready()
-    except Exception as exc:
-        agent.stop()
-        err.print(f"[red]vnodes failed to start:[/red] {exc}")
-        raise typer.Exit(1) from exc
-    out.print(f"{len(specs)} virtual node(s) Ready on {client.server}: "
-              + ", ".join(s.name for s in specs))
-    agent.run_forever()

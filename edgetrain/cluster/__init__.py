@@ -1,15 +1,14 @@
-"""Local Kubernetes for edgetrain: a real control plane built from Go modules, a real server
-node (kubelet + containerd, realnode.py) where the host can run one, virtual Jetson nodes that
-run pods as local processes over a device twin, and kwok idle nodes."""
+"""Local Kubernetes for edgetrain: a real control plane built from Go modules, real nodes (a
+kubelet with containerd and runc each: the server in the host's namespaces, realnode.py; the
+Jetsons over device twins and the other servers in namespaces of their own, jetsons.py), and
+kwok idle nodes."""
 
 from __future__ import annotations
 
 from edgetrain.cluster.binaries import K8S_VERSION, BinaryMissingError
 from edgetrain.cluster.controlplane import LocalCluster
 from edgetrain.cluster.nodes import VNodeSpec, node_specs
-from edgetrain.cluster.pod_status import container_log
 from edgetrain.cluster.process import ComponentError
-from edgetrain.cluster.vnode import VNodeAgent
 from edgetrain.kube import KubeApiError, KubeClient, api_path
 
 __all__ = [
@@ -19,9 +18,7 @@ __all__ = [
     "KubeApiError",
     "KubeClient",
     "LocalCluster",
-    "VNodeAgent",
     "VNodeSpec",
     "api_path",
-    "container_log",
     "node_specs",
 ]

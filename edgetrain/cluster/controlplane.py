@@ -230,7 +230,7 @@ class LocalCluster:
         return time.monotonic() - started
 
     def adopt(self, name: str, proc: ManagedProcess, runs: str | None = None) -> None:
-        """Record an extra process (e.g. the vnodes agent) so stop()/`cluster down` end it;
+        """Record an extra process (e.g. a node's relay) so stop()/`cluster down` end it;
         `runs`: its argv[0] once it has exec'd another program (what `alive` checks)."""
         self.components[name] = Component(name, proc.pid, runs or proc.argv[0], proc.log_path,
                                           proc)

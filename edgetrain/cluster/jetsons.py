@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.api.keys import LABEL_EMULATED_ARCH, LABEL_VIRTUAL
+from edgetrain.api.pod_security import WORKER_GID, WORKER_UID
 from edgetrain.cluster import imagestore, relay
 from edgetrain.cluster.archpolicy import ensure_arch_policy
 from edgetrain.cluster.boards import NodeProfile
@@ -110,7 +111,7 @@ class JetsonFleet:
         advertised; on failure the caller runs `teardown_jetsons`."""
         if len(specs) > MAX_NS_NODES:
             raise RuntimeError(f"at most {MAX_NS_NODES} namespaced nodes per cluster "
-                               f"(asked for {len(specs)}): use --jetson-runtime virtual")
+                               f"(asked for {len(specs)}): a slot holds no more; start fewer")
         t0 = time.monotonic()
         self.save()
         self._ensure_net()
@@ -275,3 +276,13 @@ def jetson_leftovers(run_dir: Path, state: dict[str, Any]) -> list[str]:
     if (run_dir / STATE_FILE).exists():
         found.append(f"state file {run_dir / STATE_FILE}")
     return found
+
+
+def prepare_shared_dir(path: Path, uid: int = WORKER_UID, gid: int = WORKER_GID) -> None:
+    """A host directory every node sees at the same path (the operator's checkpoint root: the
+    storage a PVC would be elsewhere), owned by the worker UID as fsGroup makes a volume: pods
+    running as it create their folders there. Idempotent; as non-root, only created."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, uid, gid)
+        path.chmod(0o2770)

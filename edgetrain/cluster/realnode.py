@@ -57,7 +57,7 @@ def missing_binaries() -> list[str]:
 
 @dataclass
 class RealNode:
-    """One kubelet + containerd node of the cluster in `run_dir` (a ClusterNode)."""
+    """One kubelet + containerd node of the cluster in `run_dir`."""
 
     run_dir: Path
     name: str

@@ -1,11 +1,11 @@
-"""Device twins for virtual nodes: a factory makes a live sysfs tree for a board name."""
+"""A live device twin's sysfs tree for a board (`twinhost` runs the real Jetson nodes' twins;
+tests run twins of their own)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -14,7 +14,7 @@ from edgetrain.workloads import workload_cost
 
 # The twin polls its files for frequency writes from pod processes and rewrites the power
 # files every tick; 10 Hz keeps several twins cheap on a 2-core machine.
-VNODE_TWIN_TICK_S = 0.1
+TWIN_TICK_S = 0.1
 
 
 class Twin(Protocol):
@@ -30,14 +30,10 @@ class Twin(Protocol):
         ...
 
 
-# (board name, directory to build in) -> running twin
-TwinFactory = Callable[[str, Path], Twin]
-
-
 class SimTwin:
-    """edgetrain.device.sim.DeviceTwin running in the agent process."""
+    """edgetrain.device.sim.DeviceTwin running in this process."""
 
-    def __init__(self, board: str, directory: Path, tick_s: float = VNODE_TWIN_TICK_S) -> None:
+    def __init__(self, board: str, directory: Path, tick_s: float = TWIN_TICK_S) -> None:
         self.device = DeviceTwin(board, directory, tick_s=tick_s, cost_of=workload_cost).start()
 
     @property
@@ -48,11 +44,6 @@ class SimTwin:
     def close(self) -> None:
         """Stop the twin's update thread."""
         self.device.stop()
-
-
-def default_twin_factory() -> TwinFactory:
-    """The device layer's live twin (edgetrain.device.sim)."""
-    return SimTwin
 
 
 def share_with_group(root: Path, gid: int) -> None:

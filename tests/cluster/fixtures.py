@@ -1,10 +1,13 @@
-"""Cluster fixtures: one real control plane and one set of virtual nodes per test session,
-and a fresh namespace per test. Registered once, by tests/conftest.py: a conftest that
-imported them again would define a second session fixture, that is a second cluster."""
+"""Cluster fixtures: one real control plane and one set of real nodes per test session (each
+node a kubelet with containerd in namespaces of its own: tests/cluster/realnodes.py), and a
+fresh namespace per test. Registered once, by tests/conftest.py: a conftest that imported them
+again would define a second session fixture, that is a second cluster. Under `pytest -n` each
+worker's session has its own, on a network slot claimed host-wide."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -14,20 +17,56 @@ from typing import Any
 import pytest
 
 from edgetrain.api.pod_security import LABEL_POD_SECURITY_ENFORCE, POD_SECURITY_RESTRICTED
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, node_specs
+from edgetrain.cluster import KubeClient, LocalCluster, api_path, node_specs
+from edgetrain.cluster.hostnet import NodeNetwork, claim_network, remove_links
+from tests.cluster.realnodes import (
+    RealCluster,
+    build_images,
+    real_nodes,
+    skip_or_fail_without_kubelets,
+    unavailable,
+)
 
 Obj = dict[str, Any]
 
-# The session's virtual nodes: two Jetson boards and two GPU servers (an estimate's runs
-# spread over both: tests/operator/test_e2e.py).
+# The session's real nodes: two Jetson boards and two GPU servers, named as `cluster up` names
+# them. The Jetsons are arm64 under QEMU, as the README runs them; EDGETRAIN_TEST_JETSON_ARCH=
+# amd64 runs them natively (labelled as not emulated) where emulation is too slow.
 JETSON_COUNTS = {"jetson-nano": 1, "jetson-orin-nano": 1}
 SERVERS = 2
+NANO, ORIN = "jetson-nano-0", "jetson-orin-nano-0"
+SERVER_NAMES = tuple(f"gpu-server-{i}" for i in range(SERVERS))
+JETSON_ARCH = os.environ.get("EDGETRAIN_TEST_JETSON_ARCH", "arm64")
+# The trainer for the Jetsons' architecture: arm64, the Jetson's CPU variant; amd64, the CPU
+# estimator, which carries the same entry points (7.6 GB: PyPI has no CPU-only x86-64 torch).
+TRAINER = {"arm64": "trainer-cpu", "amd64": "estimator-cpu"}[JETSON_ARCH]
+ESTIMATOR = "estimator-cpu"
+# The one server that holds the estimator (GBs) and so takes the estimate pods: the operator's
+# serverSelector sends them there.
+ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
+NODE_TIMEOUT_S = 900.0  # importing a CPU torch image into a node takes minutes here
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on 127.0.0.1."""
-    local = LocalCluster(tmp_path_factory.mktemp("k8s"))
+def slot() -> Iterator[NodeNetwork | None]:
+    """The session's network slot, claimed host-wide (None where no kubelet can run here)."""
+    if unavailable() is not None:
+        yield None
+        return
+    net = claim_network()
+    try:
+        yield net
+    finally:
+        remove_links(net)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, slot: NodeNetwork | None,
+            ) -> Iterator[LocalCluster]:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on 127.0.0.1,
+    its `kubernetes` Service on the slot's address (which the nodes' pods reach)."""
+    local = LocalCluster(tmp_path_factory.mktemp("k8s"),
+                         **({"service_cidr": slot.service_cidr} if slot else {}))
     local.start()
     try:
         yield local
@@ -43,23 +82,42 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 
 
 @pytest.fixture(scope="session")
-def vnodes(cluster: LocalCluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory,
-           ) -> Iterator[VNodeAgent]:
-    """Virtual Jetson nodes and virtual GPU servers, Ready, running their pods locally."""
-    agent = VNodeAgent(
-        kube,
-        node_specs(JETSON_COUNTS, SERVERS, prefix="vn"),
-        tmp_path_factory.mktemp("vnodes"),
-        restart_backoff_s=0.5,  # keep restart tests quick; the kubelet uses 10 s
-        max_backoff_s=2.0,
-        cluster_ca=cluster.pki,
-    )
-    agent.start()
-    try:
-        agent.wait_ready()
-        yield agent
-    finally:
-        agent.stop()
+def real_fleet(cluster: LocalCluster, kube: KubeClient, slot: NodeNetwork | None,
+               checkpoint_root: Path) -> Iterator[RealCluster]:
+    """The session's real Jetsons and GPU servers, Ready, holding no image yet: a test asks
+    for the images it runs (`RealCluster.need`, or `trainer_images`, `estimator_image`)."""
+    skip_or_fail_without_kubelets()
+    assert slot is not None
+    specs = node_specs(JETSON_COUNTS, SERVERS, prefix="")
+    with real_nodes(cluster, kube, slot, specs, JETSON_ARCH, (), NODE_TIMEOUT_S, lambda _m: None,
+                    shared_dirs=(str(checkpoint_root),)) as real:
+        kube.patch(api_path("v1", "nodes", name=SERVER_NAMES[0]),
+                   {"metadata": {"labels": ESTIMATES_LABEL}})
+        yield real
+
+
+@pytest.fixture(scope="session")
+def checkpoint_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint root every node sees at this path (a hostPath volume: the kernel here has
+    no NFS client), writable by the worker UID 65532 the pods run as."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    root.chmod(0o777)
+    return root
+
+
+@pytest.fixture(scope="session")
+def trainer_images(real_fleet: RealCluster) -> RealCluster:
+    """The Jetsons hold the trainer and the node agent (built from this tree first)."""
+    build_images(("node-agent", TRAINER))
+    real_fleet.need([NANO, ORIN], ("node-agent", TRAINER), f"linux/{JETSON_ARCH}")
+    return real_fleet
+
+
+@pytest.fixture(scope="session")
+def estimator_image(real_fleet: RealCluster) -> RealCluster:
+    """The first server holds the CPU estimator (the one server the estimate pods go to)."""
+    real_fleet.need([SERVER_NAMES[0]], (ESTIMATOR,), "linux/amd64")
+    return real_fleet
 
 
 @pytest.fixture
@@ -87,17 +145,17 @@ def temporary_namespace(kube: KubeClient, name: str) -> Iterator[str]:
 CHECKPOINT_CLAIM = "edgetrain-checkpoints"
 
 
-def nfs_claim_manifests(namespace: str, export: Path, claim: str = CHECKPOINT_CLAIM,
-                        server: str = "127.0.0.1") -> tuple[Obj, Obj]:
-    """A ReadWriteMany PV exporting `export` over NFS and the claim in `namespace` bound to it
-    (examples/checkpoint-storage.yaml's shape: what an NFS server is to a real fleet)."""
+def hostpath_claim_manifests(namespace: str, path: Path, claim: str = CHECKPOINT_CLAIM,
+                             ) -> tuple[Obj, Obj]:
+    """A ReadWriteMany PV of a hostPath every node shares, and the claim in `namespace` bound to
+    it (examples/checkpoint-storage-local.yaml's shape)."""
     pv_name = f"{claim}-{namespace}-{uuid.uuid4().hex[:5]}"[-253:]
     pv: Obj = {
         "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                  "claimRef": {"namespace": namespace, "name": claim},
-                 "nfs": {"server": server, "path": str(export)}},
+                 "hostPath": {"path": str(path), "type": "Directory"}},
     }
     pvc: Obj = {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -109,12 +167,12 @@ def nfs_claim_manifests(namespace: str, export: Path, claim: str = CHECKPOINT_CL
 
 
 @contextlib.contextmanager
-def nfs_claim(kube: KubeClient, namespace: str, export: Path, claim: str = CHECKPOINT_CLAIM,
-              server: str = "127.0.0.1", wait: bool = True) -> Iterator[str]:
-    """Create `nfs_claim_manifests` (`wait`: until the PV controller binds them; a pod using
-    the claim waits for that anyway); delete the PV on exit (the claim goes with its
+def hostpath_claim(kube: KubeClient, namespace: str, path: Path, claim: str = CHECKPOINT_CLAIM,
+                   wait: bool = True) -> Iterator[str]:
+    """Create `hostpath_claim_manifests` (`wait`: until the PV controller binds them; a pod
+    using the claim waits for that anyway); delete the PV on exit (the claim goes with its
     namespace)."""
-    pv, pvc = nfs_claim_manifests(namespace, export, claim, server)
+    pv, pvc = hostpath_claim_manifests(namespace, path, claim)
     kube.create("/api/v1/persistentvolumes", pv)
     try:
         kube.create(api_path("v1", "persistentvolumeclaims", namespace), pvc)

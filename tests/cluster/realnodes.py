@@ -11,15 +11,18 @@ up` (tests/test_readme.py) and beside the host's real server node."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgetrain import __version__
-from edgetrain.cluster import KubeClient, LocalCluster
-from edgetrain.cluster.hostnet import cannot_run_kubelet, claim_network, remove_links
-from edgetrain.cluster.images import ImportResult, import_project_images
+from edgetrain.cluster import KubeClient, LocalCluster, api_path
+from edgetrain.cluster.hostnet import NodeNetwork, cannot_run_kubelet, claim_network, remove_links
+from edgetrain.cluster.images import ImportResult, import_project_images, podman_ref
 from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import NsNode
@@ -48,6 +51,7 @@ class RealCluster:
     fleet: JetsonFleet
     kube: KubeClient
     images: list[ImportResult]
+    held: set[tuple[str, str]] = field(default_factory=set)  # (node, image) imported on demand
 
     def missing_images(self) -> list[str]:
         """The images a node was to hold that podman did not have, each with why."""
@@ -63,6 +67,22 @@ class RealCluster:
         self.images += import_project_images(node.ctr(), node.dir / "image-exports",
                                              __version__, images, platform)
 
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.fleet.nodes]
+
+    def need(self, names: Sequence[str], images: Sequence[str], platform: str) -> None:
+        """`images` in each of the nodes `names`, imported the first time a test asks (disk is
+        scarce: each node holds only what its tests run); fails naming what podman lacks."""
+        for name in names:
+            todo = [i for i in images if (name, i) not in self.held]
+            if todo:
+                before = len(self.images)
+                self.import_images(name, todo, platform)
+                missing = [f"{r.ref}: {r.missing}" for r in self.images[before:] if r.missing]
+                assert not missing, f"images podman lacks (`make images-local`): {missing}"
+                self.held.update((name, i) for i in todo)
+
 
 @contextlib.contextmanager
 def real_cluster(run_dir: Path, specs: Sequence[VNodeSpec], arch: str = "amd64",
@@ -75,13 +95,86 @@ def real_cluster(run_dir: Path, specs: Sequence[VNodeSpec], arch: str = "amd64",
     cluster = LocalCluster(run_dir, service_cidr=net.service_cidr)
     try:
         cluster.start()
-        fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch)
-        with cluster.client() as kube:
-            try:
-                got = fleet.start(specs, kube, images, __version__, timeout_s, log, **start)
-                yield RealCluster(cluster, fleet, kube, got)
-            finally:
-                teardown_jetsons(run_dir)
+        with (cluster.client() as kube,
+              real_nodes(cluster, kube, net, specs, arch, images, timeout_s, log,
+                         **start) as real):
+            yield real
     finally:
         cluster.stop()
         remove_links(net)
+
+
+@contextlib.contextmanager
+def real_nodes(cluster: LocalCluster, kube: KubeClient, net: NodeNetwork,
+               specs: Sequence[VNodeSpec], arch: str = "amd64",
+               images: Sequence[str] = ("node-agent",), timeout_s: float = 240.0,
+               log: Callable[[str], None] = print, **start: Any) -> Iterator[RealCluster]:
+    """One real node per spec on a running control plane whose `kubernetes` Service is on
+    `net` (a claimed slot's), `images` imported; the nodes torn down on exit. They live in the
+    control plane's folder, beside its PKI."""
+    fleet = JetsonFleet(cluster.run_dir, net, cluster.ports["apiserver"], arch)
+    try:
+        got = fleet.start(specs, kube, images, __version__, timeout_s, log, **start)
+        yield RealCluster(cluster, fleet, kube, got)
+    finally:
+        teardown_jetsons(cluster.run_dir)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_images(names: Sequence[str]) -> None:
+    """The project's images built from this tree as `make images-core` builds them (a no-op
+    when each one's stamp names these sources): an image from older sources would test older
+    code. podman's store is host-wide: builds take the host-state lock.
+    EDGETRAIN_TEST_BUILD_IMAGES=0 uses the images podman holds as they are (a run whose
+    images were just built, or that waits behind a busy host lock)."""
+    if os.environ.get("EDGETRAIN_TEST_BUILD_IMAGES", "1") == "0":
+        lacking = [n for n in names if podman_ref(n, __version__) is None
+                   and podman_ref(n, f"{__version__}-amd64") is None
+                   and podman_ref(n, f"{__version__}-arm64") is None]
+        assert not lacking, f"podman lacks {lacking} (`make images-local` builds them)"
+        return
+    env = dict(os.environ, REGISTRY="ghcr.io/edgetrain", PYTHON=sys.executable,
+               CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
+    cmd = ["bash", str(ROOT / "scripts" / "build-images.sh"), *names]
+    lock = Path(os.environ.get("EDGETRAIN_HOST_STATE_LOCK", "/work/host-state.lock"))
+    if lock.exists():
+        cmd = ["flock", str(lock), *cmd]
+    built = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
+    lacking = [n for n in names if podman_ref(n, __version__) is None]
+    assert not lacking, f"built, yet podman lacks {lacking}:\n{built.stdout[-2000:]}"
+
+
+@contextlib.contextmanager
+def more_nodes(cluster: LocalCluster, kube: KubeClient, run_dir: Path,
+               specs: Sequence[VNodeSpec], arch: str, images: Sequence[str],
+               timeout_s: float = 900.0, **start: Any) -> Iterator[JetsonFleet]:
+    """Real nodes beyond a session's, on a slot of their own (a slot holds at most seven), for
+    a test that takes one down; on exit they stop and their Nodes and pods are deleted (no
+    kubelet is left to confirm a deletion)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "pki").symlink_to(cluster.run_dir / "pki")  # the cluster's CA signs the nodes'
+    net = claim_network()
+    fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch)
+    try:
+        got = fleet.start(specs, kube, images, __version__, timeout_s, lambda _m: None, **start)
+        missing = [f"{r.ref}: {r.missing}" for r in got if r.missing]
+        assert not missing, f"images podman lacks (`make images-local`): {missing}"
+        yield fleet
+    finally:
+        teardown_jetsons(run_dir)
+        remove_links(net)
+        for spec in specs:
+            forget_node(kube, spec.name)
+
+
+def forget_node(kube: KubeClient, name: str) -> None:
+    """Delete a Node whose kubelet is gone, and its pods without waiting for it."""
+    kube.delete_ignore_missing(api_path("v1", "nodes", name=name))
+    for pod in kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")["items"]:
+        meta = pod["metadata"]
+        kube.delete_ignore_missing(
+            api_path("v1", "pods", meta["namespace"], meta["name"]),
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})

@@ -1,7 +1,9 @@
-"""`edgetrain vnodes` against the session cluster, and `edgetrain cluster up/status/down`."""
+"""`edgetrain cluster up/status/down` with a real Nano (arm64 under QEMU, no image: nothing runs
+on it here) and kwok idle nodes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cluster import KubeClient, LocalCluster, api_path, binaries, container_log
-from edgetrain.cluster.process import ManagedProcess, pid_alive
-from edgetrain.kube import node_schedulable
+from edgetrain.cluster import LocalCluster, binaries
+from edgetrain.cluster.jetsons import STATE_FILE, jetson_leftovers
+from edgetrain.cluster.process import pid_alive
+from tests.cluster.realnodes import skip_or_fail_without_kubelets
 
 
 def _edgetrain(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -19,41 +22,15 @@ def _edgetrain(*args: str, timeout_s: float = 300) -> subprocess.CompletedProces
                           text=True, timeout=timeout_s, env={**os.environ, "COLUMNS": "200"})
 
 
-def test_vnodes_command_attaches_nodes_to_an_existing_cluster(
-    cluster: LocalCluster, kube: KubeClient, namespace: str, tmp_path: Path
-) -> None:
-    proc = ManagedProcess(
-        "vnodes-cli",
-        [sys.executable, "-m", "edgetrain", "vnodes", "--kubeconfig", str(cluster.kubeconfig),
-         "--jetson", "orin=1", "--prefix", "cli", "--work-dir", str(tmp_path / "w")],
-        tmp_path / "vnodes.log",
-    ).start()
-    node = api_path("v1", "nodes", name="cli-jetson-orin-nano-0")
-    try:
-        proc.wait_ready(lambda: node_schedulable(kube.get(node)), 90, "registered and Ready")
-        kube.create(api_path("v1", "pods", namespace), {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"},
-            "spec": {"restartPolicy": "Never", "nodeName": "cli-jetson-orin-nano-0",
-                     "containers": [{"name": "c", "image": "x",
-                                     "command": ["sh", "-c", "echo $EDGETRAIN_NODE_NAME"]}]},
-        })
-        pod = kube.wait_for(api_path("v1", "pods", namespace, "hello"),
-                            lambda p: p.get("status", {}).get("phase") == "Succeeded",
-                            timeout_s=60, what="Succeeded")
-        assert container_log(pod, "c").read_text().strip() == "cli-jetson-orin-nano-0"
-    finally:
-        proc.stop(grace_s=20)
-    assert proc.returncode() == 0, proc.log_path.read_text()
-    assert kube.get_or_none(node) is None  # deregistered on exit
-
-
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_cluster_up_status_down(tmp_path: Path) -> None:
+    skip_or_fail_without_kubelets()
     run_dir = tmp_path / "c"
-    up = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
-                    "--jetson", "nano=1", "--server", "0", "--idle", "3",
-                    "--dir", str(run_dir))
+    up = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0", "--idle", "3",
+                    "--jetson-images", "", "--dir", str(run_dir))
+    state = json.loads((run_dir / STATE_FILE).read_text()) if (run_dir / STATE_FILE).exists() \
+        else {}
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         kubeconfig = run_dir / "kubeconfig"
@@ -61,13 +38,13 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         nodes = subprocess.run([str(binaries.kubectl()), "get", "nodes", "--no-headers"],
                                capture_output=True, text=True, check=True, timeout=60,
                                env={**os.environ, "KUBECONFIG": str(kubeconfig)}).stdout
-        assert "vnode-jetson-nano-0" in nodes and " Ready " in nodes
+        assert "jetson-nano-0" in nodes and " Ready " in nodes
         assert nodes.count("kwok-idle-") == 3
         status = _edgetrain("cluster", "status", "--dir", str(run_dir))
         assert status.returncode == 0 and "kube-apiserver" in status.stdout, status.stdout
-        again = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
-                           "--jetson", "nano=1", "--server", "0",
-                           "--dir", str(run_dir))
+        assert "containerd://" in status.stdout, status.stdout  # each node's runtime
+        again = _edgetrain("cluster", "up", "--jetson", "nano=1", "--server", "0",
+                           "--jetson-images", "", "--dir", str(run_dir))
         assert again.returncode == 0, again.stderr
     finally:
         cluster = LocalCluster.attach(run_dir)
@@ -76,4 +53,5 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert pids and not any(pid_alive(p) for p in pids)
     assert LocalCluster.attach(run_dir) is None
+    assert state and jetson_leftovers(run_dir, state) == []
     assert "no cluster running" in _edgetrain("cluster", "down", "--dir", str(run_dir)).stdout

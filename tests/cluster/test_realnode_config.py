@@ -17,8 +17,6 @@ from cryptography import x509
 from edgetrain.cli import cluster as cli_cluster
 from edgetrain.cluster.hostnet import NodeNetwork
 from edgetrain.cluster.images import PAUSE_IMAGE, write_pause_archive
-from edgetrain.cluster.node import VirtualNode
-from edgetrain.cluster.nodes import VNODE_RUNTIME, ClusterNode
 from edgetrain.cluster.pki import Pki, ensure_pki
 from edgetrain.cluster.realnode import RealNode, server_labels
 
@@ -129,13 +127,3 @@ def test_a_host_that_cannot_run_a_kubelet_says_why(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     reason = cli_cluster.real_node_unavailable()
     assert reason is not None and reason.startswith("not root")
-
-
-def test_real_and_virtual_nodes_share_the_node_interface(node: RealNode) -> None:
-    # mypy checks the assignments; isinstance checks the members at run time.
-    real: ClusterNode = node
-    virtual: type[ClusterNode] = VirtualNode
-    assert isinstance(real, ClusterNode)
-    assert real.runtime.startswith("containerd://")
-    assert {"address", "runtime", "start", "stop"} <= set(dir(virtual))
-    assert VNODE_RUNTIME.startswith("edgetrain-vnode://")

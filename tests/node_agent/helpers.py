@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from edgetrain import __version__
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.operator.worker_security import restrict
@@ -110,11 +111,15 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str, interval_s
     raise TimeoutError(f"{what} not reached in {timeout_s} s (last: {last!r})")
 
 
+SLEEPER_IMAGE = f"ghcr.io/edgetrain/node-agent:{__version__}"
+
+
 def sleeper_pod(name: str, node: str, seconds: float, freq_hz: int | None = None,
                 limit_w: float | None = None, labels: dict[str, str] | None = None,
                 ) -> dict[str, Any]:
     """A pod that sleeps on `node`, annotated and confined like an edgetrain training pod
-    (Pod Security `restricted`, UID 65532: the agent pins it all the same)."""
+    (Pod Security `restricted`, UID 65532: the agent pins it all the same), from the node
+    agent's image (every Jetson that runs the agent holds it)."""
     ann: dict[str, str] = {}
     if freq_hz is not None:
         ann["edgetrain.io/gpu-frequency-hz"] = str(freq_hz)
@@ -127,8 +132,9 @@ def sleeper_pod(name: str, node: str, seconds: float, freq_hz: int | None = None
             "nodeSelector": {"kubernetes.io/hostname": node},
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": "edgetrain/trainer",
-                            "command": ["python", "-c", f"import time; time.sleep({seconds})"]}],
+            "containers": [{"name": "main", "image": SLEEPER_IMAGE,
+                            "command": ["/opt/venv/bin/python", "-c",
+                                        f"import time; time.sleep({seconds})"]}],
         }, device_group=True),
     }
 

@@ -1,5 +1,7 @@
-"""The node agent as a real process against the real API server and a virtual Jetson's twin:
-pin/restore across pod lifetimes and agent restarts, conflicts, node labels, the power guard."""
+"""The node agent as a real process against the real API server, over a device twin of the
+test's own, for the pods of the session's real Nano node (its sleeper pods run there, in
+containers): pin/restore across pod lifetimes and agent restarts, conflicts, node labels, the
+power guard."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.cluster import KubeClient, LocalCluster, api_path
+from edgetrain.cluster.twin import SimTwin
 from edgetrain.device import GpuDevfreq
 from edgetrain.node_agent.state import load_state
-from tests.cluster.fixtures import enforce_pod_security
+from tests.cluster.fixtures import NANO, enforce_pod_security
+from tests.cluster.realnodes import RealCluster
 from tests.helpers import http_get
 from tests.node_agent.helpers import (
     AgentProcess,
@@ -24,24 +28,30 @@ from tests.node_agent.helpers import (
     wait_until,
 )
 
-NODE = "vn-jetson-nano-0"
+NODE = NANO
 MHZ = 1_000_000
 
 
+class Nano:
+    """The session's Nano as this test's agent sees it: a twin of its own (`host_root`, what the
+    agent reads as /sys), the real node running the pods."""
+
+    def __init__(self, twin: SimTwin) -> None:
+        self.twin = twin
+        self.host_root = twin.root
+
+
 @pytest.fixture
-def nano(vnodes: VNodeAgent, kube: KubeClient) -> Any:
-    """The session's first Nano, once no earlier test's pod is stopping on it, idle and at its
-    full range. An earlier test's trainer may still be exiting there as its namespace goes,
-    with the clock it pinned (it restores its range as it exits: the range found at its start)."""
-    node = next(n for n in vnodes.nodes if n.name == NODE)
-    assert node.twin is not None
+def nano(trainer_images: RealCluster, kube: KubeClient, tmp_path: Path) -> Iterator[Nano]:
+    """The session's first Nano, once no earlier test's pod is stopping on it, and an idle twin
+    at its full range for this test's agent."""
     wait_until(lambda: not _stopping_pods(kube), 180, f"no pod stopping on {NODE}",
                interval_s=0.5)
-    node.twin.device.set_idle()
-    dev = GpuDevfreq.discover(node.host_root)
-    table = dev.available_frequencies_hz()
-    dev.set_range(min(table), max(table))
-    return node
+    twin = SimTwin("jetson-nano", tmp_path / "twin")
+    try:
+        yield Nano(twin)
+    finally:
+        twin.close()
 
 
 def _stopping_pods(kube: KubeClient) -> list[str]:
@@ -54,18 +64,13 @@ def _stopping_pods(kube: KubeClient) -> list[str]:
 
 
 @pytest.fixture
-def agent(cluster: LocalCluster, nano: Any, tmp_path: Path) -> Iterator[AgentProcess]:
+def agent(cluster: LocalCluster, nano: Nano, tmp_path: Path) -> Iterator[AgentProcess]:
     proc = AgentProcess(NODE, nano.host_root, cluster.kubeconfig, tmp_path / "state.json",
                         tmp_path / "agent.log", guard_window_s=1.0)
     try:
         yield proc
     finally:
         proc.stop()
-        # Leave the shared twin as found: idle, full range.
-        nano.twin.device.set_idle()
-        dev = GpuDevfreq.discover(nano.host_root)
-        table = dev.available_frequencies_hz()
-        dev.set_range(min(table), max(table))
 
 
 def rng(root: Path) -> tuple[int, int]:
@@ -87,12 +92,12 @@ def delete_and_wait(kube: KubeClient, ns: str, name: str) -> None:
     wait_until(lambda: phase(kube, ns, name) == "Gone", 30, f"pod {name} gone")
 
 
-def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: Any,
+def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: Nano,
                                         agent: AgentProcess) -> None:
     root: Path = nano.host_root
     original = rng(root)
     assert original[0] < original[1]
-    # The agent (not only the virtual node) labels its Node: drop a label, the agent restores it.
+    # The agent (not only the node setup) labels its Node: drop a label, the agent restores it.
     kube.patch(api_path("v1", "nodes", name=NODE),
                {"metadata": {"labels": {"edgetrain.io/l4t": None}}}, "merge")
     agent.start()
@@ -147,7 +152,7 @@ def test_labels_pin_restore_and_restart(kube: KubeClient, namespace: str, nano: 
     wait_until(lambda: rng(root) == original, 10, "original range restored")
 
 
-def test_two_pods_lower_wins_with_event(kube: KubeClient, namespace: str, nano: Any,
+def test_two_pods_lower_wins_with_event(kube: KubeClient, namespace: str, nano: Nano,
                                         agent: AgentProcess) -> None:
     root: Path = nano.host_root
     original = rng(root)
@@ -170,7 +175,7 @@ def test_two_pods_lower_wins_with_event(kube: KubeClient, namespace: str, nano: 
 
 
 def test_power_guard_steps_down_one_level_at_a_time(kube: KubeClient, namespace: str,
-                                                    nano: Any, agent: AgentProcess) -> None:
+                                                    nano: Nano, agent: AgentProcess) -> None:
     root: Path = nano.host_root
     table = sorted(GpuDevfreq.discover(root).available_frequencies_hz())
     original = rng(root)
@@ -223,7 +228,7 @@ def test_power_guard_steps_down_one_level_at_a_time(kube: KubeClient, namespace:
 
 
 def test_power_mode_is_set_held_across_a_restart_and_restored(
-    kube: KubeClient, namespace: str, nano: Any, agent: AgentProcess
+    kube: KubeClient, namespace: str, nano: Nano, agent: AgentProcess
 ) -> None:
     """A training pod planned on a full power mode: the agent sets CPU cores, CPU cap and EMC
     on the twin with the GPU pin, and puts the originals back, also after a crash."""
@@ -265,7 +270,7 @@ def test_power_mode_is_set_held_across_a_restart_and_restored(
 
 
 def test_a_pods_whole_setting_is_written_before_it_is_reported(
-    cluster: LocalCluster, kube: KubeClient, namespace: str, nano: Any, tmp_path: Path,
+    cluster: LocalCluster, kube: KubeClient, namespace: str, nano: Nano, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The agent in-process, every device write and Event recorded in order: a pod asking for

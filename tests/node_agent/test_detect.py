@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.nodes import node_specs
 from edgetrain.device import detect_board
 from edgetrain.device.board import jetpack_for_l4t, parse_l4t_release
@@ -20,6 +20,7 @@ from edgetrain.node_agent.detect import agent_labels, detect_labels
 from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.roles import node_role
 from edgetrain.operator.settings import load_settings
+from tests.cluster.realnodes import more_nodes, skip_or_fail_without_kubelets
 from tests.node_agent.helpers import AgentProcess
 
 
@@ -67,16 +68,14 @@ def test_detect_names_the_board_and_the_agent_labels_the_rest(tmp_path: Path) ->
 def test_a_bare_node_becomes_a_jetson_in_one_agent_start(cluster: LocalCluster,
                                                          kube: KubeClient,
                                                          tmp_path: Path) -> None:
-    """A virtual Orin Nano registered bare (hostname, os, arch only): the detect step, then
-    the agent's start, and the operator takes it as a Jetson with every label read from the
-    twin (L4T, JetPack, the GPU table)."""
-    vnodes = VNodeAgent(kube, node_specs({"jetson-orin-nano": 1}, prefix="bare", bare=True),
-                        tmp_path / "vnodes", shared_dirs=())
-    vnodes.start()
-    try:
-        vnodes.wait_ready()
-        (node,) = vnodes.nodes
-        name, root = node.name, node.host_root
+    """A real Orin Nano node registered bare (hostname, os, arch only; amd64, as no pod runs
+    on it): the detect step, then the agent's start, and the operator takes it as a Jetson
+    with every label read from the twin (L4T, JetPack, the GPU table)."""
+    skip_or_fail_without_kubelets()
+    specs = node_specs({"jetson-orin-nano": 1}, prefix="bare", bare=True)
+    with more_nodes(cluster, kube, tmp_path / "bare", specs, "amd64", ()) as fleet:
+        (node,) = fleet.nodes
+        name, root = node.name, node.dir / "twin"
 
         def labels() -> dict[str, str]:
             return dict(kube.get(api_path("v1", "nodes", name=name))["metadata"]["labels"])
@@ -109,5 +108,3 @@ def test_a_bare_node_becomes_a_jetson_in_one_agent_start(cluster: LocalCluster,
         assert [int(f) for f in table.split(",")] == sorted(spec.gpu_freqs_hz)
         role = node_role(NodeInfo.of(got), load_settings({}))
         assert (role.kind, role.why) == ("jetson", "jetson-orin-nano, L4T 36.4.3")
-    finally:
-        vnodes.stop()

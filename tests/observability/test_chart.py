@@ -1,5 +1,6 @@
 """The Helm chart: lint, render, and a real `helm install` into the local API server where the
-node agent runs on a virtual Jetson with its own ServiceAccount token (not as admin)."""
+node agent runs on a real Jetson node (arm64 under QEMU, its image imported from podman) with
+its own ServiceAccount token (not as admin), and the operator on a real server node."""
 
 from __future__ import annotations
 
@@ -17,26 +18,20 @@ import httpx
 import pytest
 import yaml
 
-from edgetrain.cluster import (
-    KubeApiError,
-    KubeClient,
-    LocalCluster,
-    VNodeAgent,
-    api_path,
-    binaries,
-    container_log,
-)
+from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
 from edgetrain.cluster.controlplane import free_ports
-from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import BOARDS
-from tests.cluster.fixtures import CHECKPOINT_CLAIM, nfs_claim
-from tests.helpers import http_get
+from tests.cluster.fixtures import CHECKPOINT_CLAIM, NANO, SERVER_NAMES, hostpath_claim
+from tests.cluster.realnodes import RealCluster
+from tests.helpers import http_get, pod_log
 from tests.node_agent.helpers import events, sleeper_pod, wait_until
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "edgetrain"
 KUBE_VERSION = binaries.K8S_VERSION.lstrip("v")
-NODE = "vn-jetson-nano-0"
+NODE = NANO
+# The chart's operator runs on the second server (the first holds the estimator).
+OPERATOR_NODE = SERVER_NAMES[1]
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True,
@@ -363,11 +358,12 @@ RESTRICTED = "pod-security.kubernetes.io/enforce"
 
 
 @contextlib.contextmanager
-def restricted_release(kube: KubeClient, namespace: str, export: Path) -> Iterator[str]:
+def restricted_release(kube: KubeClient, namespace: str, checkpoints: Path) -> Iterator[str]:
     """What the README does before installing: the operator's namespace enforces `restricted`.
     Jobs go to a namespace of their own (the README's `edgetrain-jobs`), which enforces
-    `restricted` too (the worker pods meet it) and claims checkpoint storage on `export`
-    (`CHART_CHECKPOINTS` names the claim to the chart); yields its name and deletes it."""
+    `restricted` too (the worker pods meet it) and claims checkpoint storage on `checkpoints`,
+    a directory every node shares (`CHART_CHECKPOINTS` names the claim to the chart); yields
+    its name and deletes it."""
     kube.patch(api_path("v1", "namespaces", name=namespace),
                {"metadata": {"labels": {RESTRICTED: "restricted"}}}, "merge")
     jobs = f"{namespace}-jobs"
@@ -376,8 +372,7 @@ def restricted_release(kube: KubeClient, namespace: str, export: Path) -> Iterat
     try:
         kube.wait_for(api_path("v1", "serviceaccounts", jobs, "default"), lambda _sa: True,
                       timeout_s=30, what="default ServiceAccount")
-        prepare_shared_dir(export)
-        with nfs_claim(kube, jobs, export, wait=False):
+        with hostpath_claim(kube, jobs, checkpoints, wait=False):
             yield jobs
     finally:
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=jobs))
@@ -387,18 +382,27 @@ def restricted_release(kube: KubeClient, namespace: str, export: Path) -> Iterat
 CHART_CHECKPOINTS = ("--set", f"operator.settings.checkpointPvc={CHECKPOINT_CLAIM}")
 
 
+def chart_nodes(fleet: RealCluster) -> tuple[str, ...]:
+    """The images a release runs, in the nodes it runs them on (the Jetsons' agent and trainer
+    come with `trainer_images`); the chart values that place the operator there."""
+    fleet.need([OPERATOR_NODE], ("operator",), "linux/amd64")
+    return ("--set-json",
+            f'operator.nodeSelector={{"kubernetes.io/hostname":"{OPERATOR_NODE}"}}')
+
+
 @pytest.fixture
-def release(cluster: LocalCluster, vnodes: VNodeAgent, kube: KubeClient, namespace: str,
-            tmp_path: Path) -> Iterator[dict[str, Any]]:
+def release(cluster: LocalCluster, trainer_images: RealCluster, kube: KubeClient,
+            namespace: str, checkpoint_root: Path) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
     name = "et"
-    with restricted_release(kube, namespace, tmp_path / "checkpoints") as jobs:
-        yield from _installed(cluster, kube, name, namespace, jobs, port)
+    placed = chart_nodes(trainer_images)
+    with restricted_release(kube, namespace, checkpoint_root) as jobs:
+        yield from _installed(cluster, kube, name, namespace, jobs, port, placed)
 
 
 def _installed(cluster: LocalCluster, kube: KubeClient, name: str, namespace: str, jobs: str,
-               port: int) -> Iterator[dict[str, Any]]:
-    helm("install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "120s",
+               port: int, placed: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    helm("install", name, str(CHART), "-n", namespace, "--wait", "--timeout", "170s", *placed,
          "--set", f"agent.metrics.port={port}",
          "--set-json", "agent.guard.windowSeconds=1",
          "--set-json", "agent.tickSeconds=0.2",
@@ -433,8 +437,15 @@ def can_i(cluster: LocalCluster, sa: str, verb: str, resource: str, namespace: s
     return out.stdout.strip() == "yes"
 
 
+def node_address(kube: KubeClient, name: str) -> str:
+    """A Node's InternalIP (where its kubelet and hostNetwork pods serve)."""
+    node = kube.get(api_path("v1", "nodes", name=name))
+    return next(str(a["address"]) for a in node["status"]["addresses"]
+                if a["type"] == "InternalIP")
+
+
 def test_install_runs_the_agent_with_its_service_account(
-        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
+        cluster: LocalCluster, kube: KubeClient, trainer_images: RealCluster,
         release: dict[str, Any]) -> None:
     port, agent_ns = release["port"], release["agent_namespace"]
     crd = kube.get_or_none(api_path("apiextensions.k8s.io/v1", "customresourcedefinitions",
@@ -449,16 +460,16 @@ def test_install_runs_the_agent_with_its_service_account(
     agent_pod = pods[0]
     assert agent_pod["spec"]["serviceAccountName"] == "et-edgetrain-node-agent"
     assert agent_pod["spec"]["containers"][0]["securityContext"]["privileged"] is False
-    address = next(n for n in vnodes.nodes if n.name == NODE).address
+    address = node_address(kube, NODE)
     assert agent_pod["status"]["podIP"] == address  # its node's own address
     try:
         wait_until(lambda: ready(address, port), 30, "agent ready")
     except TimeoutError:
         pod = kube.get(api_path("v1", "pods", agent_ns, agent_pod["metadata"]["name"]))
-        raise AssertionError(container_log(pod, "node-agent").read_text()[-3000:]) from None
+        raise AssertionError(pod_log(kube, pod, "node-agent")[-3000:]) from None
     text = http_get(f"http://{address}:{port}/metrics").text
     assert f'edgetrain_node_info{{device_model="jetson-nano",l4t="32.7.1",node="{NODE}"' in text
-    # It patched its Node with the ServiceAccount token (the virtual node never sets this).
+    # It patched its Node with the ServiceAccount token (the kubelet never sets this).
     node = kube.get(api_path("v1", "nodes", name=NODE))
     assert node["metadata"]["annotations"]["edgetrain.io/node-agent"] == "running"
     # RBAC: what it needs, and nothing more.
@@ -469,8 +480,7 @@ def test_install_runs_the_agent_with_its_service_account(
     assert not can_i(cluster, sa, "delete", "pods")
     assert not can_i(cluster, sa, "create", "pods")
     # Pin and restore through the chart's agent, whose /sys is read-only but for devfreq.
-    nano = next(n for n in vnodes.nodes if n.name == NODE)
-    dev = GpuDevfreq.discover(nano.host_root)
+    dev = GpuDevfreq.discover(trainer_images.node(NODE).dir / "twin")
     before = dev.current_range()
     jobs = release["jobs"]
     kube.create(api_path("v1", "pods", jobs), sleeper_pod("train", NODE, 4, freq_hz=537_600_000))
@@ -554,7 +564,7 @@ def test_schema_rejects_an_image_that_cannot_be_pulled() -> None:
 
 
 def test_a_node_selector_matching_no_node_fails_the_install(
-        cluster: LocalCluster, vnodes: VNodeAgent, namespace: str) -> None:
+        cluster: LocalCluster, real_fleet: RealCluster, namespace: str) -> None:
     out = helm("install", "nomatch", str(CHART), "-n", namespace, "--dry-run=server",
                "--set-json", 'agent.nodeSelector={"edgetrain.io/device-model":"jetson-nanoo"}',
                kubeconfig=cluster.kubeconfig, check=False)
@@ -572,7 +582,8 @@ def test_a_node_selector_matching_no_node_fails_the_install(
 
 
 def test_worker_namespaces_by_label_at_install(
-        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str) -> None:
+        cluster: LocalCluster, kube: KubeClient, real_fleet: RealCluster, namespace: str,
+) -> None:
     """worker.namespaceSelector: the chart finds the labelled namespaces when installed (Helm's
     lookup) and gives each the worker ServiceAccount and RoleBinding; others get none."""
     kube.patch(api_path("v1", "namespaces", name=namespace),

@@ -21,16 +21,20 @@ from typing import Any
 
 import pytest
 
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path, container_log
+from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
-from tests.helpers import http_get
+from tests.cluster.fixtures import ESTIMATES_LABEL, ESTIMATOR, JETSON_ARCH, TRAINER
+from tests.cluster.realnodes import RealCluster
+from tests.helpers import http_get, pod_log
 from tests.node_agent.helpers import events, wait_until
 from tests.observability.test_chart import (
     CHART,
     CHART_CHECKPOINTS,
     NODE,
+    chart_nodes,
     helm,
+    node_address,
     restricted_release,
 )
 from tests.observability.test_prometheus import dashboard_queries, expand, run_prometheus
@@ -48,7 +52,7 @@ def diagnose(kube: KubeClient, ns: str) -> str:
                    f"{json.dumps(st.get('containerStatuses', []))[:600]}")
         with contextlib.suppress(Exception):
             for c in pod["spec"]["containers"]:
-                out.append(container_log(pod, c["name"]).read_text()[-1500:])
+                out.append(pod_log(kube, pod, c["name"])[-1500:])
     return "\n".join(out)
 
 
@@ -86,17 +90,26 @@ def start_prometheus(kube: KubeClient, namespace: str, tmp: Path,
 
 
 @pytest.fixture
-def release(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent, namespace: str,
-            tmp_path: Path) -> Iterator[dict[str, Any]]:
+def release(cluster: LocalCluster, kube: KubeClient, trainer_images: RealCluster,
+            estimator_image: RealCluster, namespace: str, checkpoint_root: Path,
+            ) -> Iterator[dict[str, Any]]:
     # The operator under `restricted`, jobs beside it with their checkpoint claim.
-    with restricted_release(kube, namespace, tmp_path / "checkpoints") as jobs:
-        yield from _installed(cluster, kube, namespace, jobs)
+    placed = chart_nodes(trainer_images)
+    with restricted_release(kube, namespace, checkpoint_root) as jobs:
+        yield from _installed(cluster, kube, namespace, jobs, placed)
 
 
 def _installed(cluster: LocalCluster, kube: KubeClient, namespace: str, jobs: str,
-               ) -> Iterator[dict[str, Any]]:
+               placed: tuple[str, ...]) -> Iterator[dict[str, Any]]:
     port = free_ports(1)[0]
-    helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
+    helm("install", "e2e", str(CHART), "-n", namespace, "--wait", "--timeout", "180s", *placed,
+         # The CPU images the nodes hold (nothing can be pulled here), the estimator on the
+         # one server that holds it.
+         "--set", f"images.estimator.repository={ESTIMATOR}",
+         "--set-json", 'images.estimator.platforms=["linux/amd64"]',
+         "--set", f"images.trainer.repository={TRAINER}",
+         "--set-json", f'images.trainer.platforms=["linux/{JETSON_ARCH}"]',
+         "--set-json", f"operator.settings.serverSelector={json.dumps(ESTIMATES_LABEL)}",
          "--set", f"agent.metrics.port={port}", "--set-json", "agent.guard.windowSeconds=2",
          "--set-json", f'agent.nodeSelector={{"kubernetes.io/hostname":"{NODE}"}}',
          "--set", f"operator.settings.namespaces={{{jobs}}}",
@@ -118,7 +131,7 @@ def _installed(cluster: LocalCluster, kube: KubeClient, namespace: str, jobs: st
 
 
 def test_one_job_in_cluster_with_dashboards(
-        cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
+        cluster: LocalCluster, kube: KubeClient, trainer_images: RealCluster,
         release: dict[str, Any], tmp_path: Path) -> None:
     from tests.operator.conftest import job_manifest, patj_path
 
@@ -126,16 +139,13 @@ def test_one_job_in_cluster_with_dashboards(
     (op_pod,) = kube.get(api_path("v1", "pods", release["namespace"]),
                          labelSelector="app.kubernetes.io/component=operator")["items"]
     assert op_pod["spec"]["serviceAccountName"] == "e2e-edgetrain-operator"
-    nano = next(n for n in vnodes.nodes if n.name == NODE)
-    dev = GpuDevfreq.discover(nano.host_root)
+    dev = GpuDevfreq.discover(trainer_images.node(NODE).dir / "twin")
     before = dev.current_range()
     prom, url = start_prometheus(kube, release["agent_namespace"], tmp_path)
     try:
         started_s = time.time()
-        kube.create(patj_path(ns), job_manifest(
-            "e2e", targetAccuracy=0.8,
-            budget={"estimateSamples": 6000, "trainSamples": 12000,
-                    "evalIntervalSamples": 256, "seeds": [0]}))
+        # job_manifest's small budget: its pods run under QEMU on the Nano.
+        kube.create(patj_path(ns), job_manifest("e2e"))
         try:
             obj = kube.wait_for(patj_path(ns, "e2e"),
                                 lambda o: o.get("status", {}).get("phase") in
@@ -157,7 +167,7 @@ def test_one_job_in_cluster_with_dashboards(
         # Prometheus found the agent through the API server, at its node's own address.
         targets = http_get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]
         assert [(t["labels"]["instance"], t["labels"]["kubernetes_node"]) for t in targets] \
-            == [(f"{nano.address}:{release['port']}", NODE)]
+            == [(f"{node_address(kube, NODE)}:{release['port']}", NODE)]
         # The progress panels showed this job while it trained.
         job = "e2e"  # training_job: the PowerAwareTrainingJob (label edgetrain.io/job)
         for _dash, title, expr in dashboard_queries():

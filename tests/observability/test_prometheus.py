@@ -1,6 +1,6 @@
-"""A real Prometheus (Debian `prometheus`) scrapes two node agents over two virtual Jetsons'
-twins; every query of every dashboard panel returns data, and every metric a panel names is
-exported by a running component."""
+"""A real Prometheus (Debian `prometheus`) scrapes two node agents, each over a device twin of
+its own for the pods of one of the session's real Jetson nodes; every query of every dashboard
+panel returns data, and every metric a panel names is exported by a running component."""
 
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ import httpx
 import pytest
 import yaml
 
-from edgetrain.cluster import KubeClient, LocalCluster, VNodeAgent, api_path
+from edgetrain.cluster import KubeClient, LocalCluster, api_path
 from edgetrain.cluster.controlplane import free_ports
-from edgetrain.device import GpuDevfreq
+from edgetrain.cluster.twin import SimTwin
+from tests.cluster.fixtures import NANO, ORIN
+from tests.cluster.realnodes import RealCluster
 from tests.helpers import http_get
 from tests.node_agent.helpers import AgentProcess, sleeper_pod, wait_until
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "edgetrain" / "dashboards"
-NANO, ORIN = "vn-jetson-nano-0", "vn-jetson-orin-nano-0"
 # Grafana variables in panel queries, as Grafana would expand them for "All" and a 1 s scrape.
 GRAFANA_VARS = {"$node": ".*", "${node}": ".*", "$__rate_interval": "15s",
                 "$__interval": "1s", "$__range": "1m"}
@@ -57,24 +58,27 @@ def prometheus_bin() -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
+def fleet(cluster: LocalCluster, kube: KubeClient, trainer_images: RealCluster,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Two agents (nano, orin-nano twins), each with one annotated training pod."""
+    """Two agents (nano, orin-nano twins), each with one annotated training pod running on its
+    real node. The agents run here, over twins of their own whose workload the test sets (the
+    nodes' own twins run in another process)."""
     tmp = tmp_path_factory.mktemp("fleet")
     ns = f"obs-{int(time.time() * 1000) % 10**8}"
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": ns}})
     kube.wait_for(api_path("v1", "serviceaccounts", ns, "default"), lambda _: True, 30)
-    nodes = {n.name: n for n in vnodes.nodes}
-    agents = [AgentProcess(name, nodes[name].host_root, cluster.kubeconfig,
+    twins = {name: SimTwin(board, tmp / f"{name}-twin")
+             for name, board in ((NANO, "jetson-nano"), (ORIN, "jetson-orin-nano"))}
+    agents = [AgentProcess(name, twins[name].root, cluster.kubeconfig,
                            tmp / f"{name}.state.json", tmp / f"{name}.log", guard_window_s=1.0)
               for name in (NANO, ORIN)]
     try:
         for a in agents:
             a.start()
         # Nano: hot job (b=128 at 921.6 MHz, ~9.5 W simulated) under a 6 W limit -> guard steps.
-        nodes[NANO].twin.device.set_workload("resnet18", 128)
-        nodes[ORIN].twin.device.set_workload("resnet18", 64)
+        twins[NANO].device.set_workload("resnet18", 128)
+        twins[ORIN].device.set_workload("resnet18", 64)
         progress = {"edgetrain.io/training-samples": "2560",
                     "edgetrain.io/training-accuracy": "0.42"}
         for name, pod, job, freq, limit in ((NANO, "train-a", "job-a", 921_600_000, 6.0),
@@ -88,11 +92,8 @@ def fleet(cluster: LocalCluster, kube: KubeClient, vnodes: VNodeAgent,
         for a in agents:
             a.stop()
         kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
-        for name in (NANO, ORIN):
-            nodes[name].twin.device.set_idle()
-            dev = GpuDevfreq.discover(nodes[name].host_root)
-            table = dev.available_frequencies_hz()
-            dev.set_range(min(table), max(table))
+        for twin in twins.values():
+            twin.close()
 
 
 @pytest.fixture(scope="module")

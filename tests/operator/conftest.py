@@ -1,9 +1,12 @@
-"""Operator fixtures: the session's real control plane and virtual nodes (tests/cluster), the
-CRDs applied once, and one `edgetrain operator` process shared by every end-to-end test."""
+"""Operator fixtures: the session's real control plane and real nodes (tests/cluster), the
+CRDs applied once, and one `edgetrain operator` process shared by every end-to-end test: the
+operator runs on the host, its estimate, profile and train pods on the nodes, from the CPU
+images the nodes hold (imported from podman: nothing is pulled here)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -17,18 +20,23 @@ from typing import Any
 import pytest
 import yaml
 
+from edgetrain import __version__
 from edgetrain.api import EfficiencyVector
 from edgetrain.api.crd import CRD_NAME, PLURAL, VERSION
 from edgetrain.api.job import PowerAwareTrainingJobSpec, efficiency_cache_key
 from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, binaries
-from edgetrain.cluster.vnode import prepare_shared_dir
 from edgetrain.operator import manifests as mf
 from tests.cluster.fixtures import (
     CHECKPOINT_CLAIM,
+    ESTIMATES_LABEL,
+    ESTIMATOR,
+    JETSON_ARCH,
+    TRAINER,
     enforce_pod_security,
-    nfs_claim,
+    hostpath_claim,
     temporary_namespace,
 )
+from tests.cluster.realnodes import RealCluster
 
 GROUP_VERSION = f"edgetrain.io/{VERSION}"
 
@@ -53,24 +61,15 @@ def enable_workers(kube: KubeClient, namespace: str) -> None:
             kube.apply(doc, PLURALS[doc["kind"]])
 
 
-@pytest.fixture(scope="session")
-def checkpoint_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The checkpoint root the training pods (UID 65532) share: an NFS export of this host,
-    writable by the worker UID, which every test namespace claims (CHECKPOINT_CLAIM)."""
-    export = tmp_path_factory.mktemp("checkpoints")
-    prepare_shared_dir(export)
-    return export
-
-
 @contextlib.contextmanager
-def job_namespace(kube: KubeClient, ns: str, export: Path) -> Iterator[str]:
+def job_namespace(kube: KubeClient, ns: str, checkpoints: Path) -> Iterator[str]:
     """Make `ns` a job namespace as the README's is: enabled for workers the way the chart
     does it, enforcing Pod Security `restricted` as a cluster admin's job namespaces would
     (every worker pod is admitted under it, or its job never gets past its phase), with the
-    checkpoint claim on the shared export."""
+    checkpoint claim on the directory every node shares."""
     enable_workers(kube, ns)
     enforce_pod_security(kube, ns)
-    with nfs_claim(kube, ns, export, wait=False):
+    with hostpath_claim(kube, ns, checkpoints, wait=False):
         yield ns
 
 
@@ -81,7 +80,7 @@ def _workers_enabled(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     with job_namespace(request.getfixturevalue("kube"), request.getfixturevalue("namespace"),
-                       request.getfixturevalue("checkpoint_export")):
+                       request.getfixturevalue("checkpoint_root")):
         yield
 
 
@@ -136,10 +135,11 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def operator(
-    cluster: LocalCluster, crds: None, vnodes: Any, tmp_path_factory: pytest.TempPathFactory,
-    checkpoint_export: Path,
+    cluster: LocalCluster, crds: None, trainer_images: RealCluster,
+    tmp_path_factory: pytest.TempPathFactory, checkpoint_root: Path,
 ) -> Iterator[OperatorProcess]:
-    """One operator for the session: fast polling and retries, fault injection enabled."""
+    """One operator for the session: fast polling and retries, fault injection enabled, the
+    images the nodes hold (an estimate needs the `estimator_image` fixture too)."""
     from edgetrain.cluster.controlplane import free_ports
 
     work = tmp_path_factory.mktemp("operator")
@@ -161,13 +161,22 @@ def operator(
         # A job whose placement matches no Ready node fails after this (300 s by default).
         "EDGETRAIN_OPERATOR_NO_NODE_GRACE_S": "5",
         "EDGETRAIN_OPERATOR_METRICS_PORT": str(metrics_port),
+        "EDGETRAIN_OPERATOR_ESTIMATOR_IMAGE": f"ghcr.io/edgetrain/{ESTIMATOR}:{__version__}",
+        "EDGETRAIN_OPERATOR_ESTIMATOR_PLATFORMS": "linux/amd64",
+        "EDGETRAIN_OPERATOR_TRAINER_IMAGE": f"ghcr.io/edgetrain/{TRAINER}:{__version__}",
+        "EDGETRAIN_OPERATOR_TRAINER_PLATFORMS": f"linux/{JETSON_ARCH}",
+        "EDGETRAIN_OPERATOR_SERVER_SELECTOR": ",".join(
+            f"{k}={v}" for k, v in ESTIMATES_LABEL.items()),
+        # A restricted pod's /sys is read-only on a real node: profile pods ask the node
+        # agent for each clock (`chart_agents` runs the chart's agents), as the chart sets it.
+        "EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true",
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "edgetrain", "operator", "--verbose"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
-    op = OperatorProcess(proc, log, checkpoint_export,
+    op = OperatorProcess(proc, log, checkpoint_root,
                          f"http://127.0.0.1:{metrics_port}/metrics")
     try:
         deadline = time.monotonic() + 60
@@ -223,7 +232,7 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def shared_ns(kube: KubeClient, request: pytest.FixtureRequest, checkpoint_export: Path,
+def shared_ns(kube: KubeClient, request: pytest.FixtureRequest, checkpoint_root: Path,
               ) -> Iterator[str]:
     """One job namespace for a whole module, so its jobs share the namespace's cache
     ConfigMaps."""
@@ -231,7 +240,7 @@ def shared_ns(kube: KubeClient, request: pytest.FixtureRequest, checkpoint_expor
 
     module = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
     with (temporary_namespace(kube, f"op-{module}-{uuid.uuid4().hex[:5]}") as name,
-          job_namespace(kube, name, checkpoint_export)):
+          job_namespace(kube, name, checkpoint_root)):
         yield name
 
 
@@ -255,3 +264,51 @@ def seed_efficiency(kube: KubeClient, namespace: str, spec: dict[str, Any],
     except KubeApiError as exc:
         if exc.code != 409:
             raise
+
+
+# The nodes whose chart agents `session_agents` runs (a label of the tests', so that a test's
+# own nodes can join or stay out).
+AGENTS_LABEL = {"edgetrain.io/test-agents": "on"}
+
+
+@contextlib.contextmanager
+def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str,
+                 selector: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The chart's node agents (agent only, as `helm install` puts them) on the nodes with the
+    `selector` labels, Ready; node → its metrics URL, read from the pods the way Prometheus'
+    pod discovery does. Their namespace is `<namespace>-node-agent`."""
+    from edgetrain.cluster.controlplane import free_ports
+    from tests.observability.test_chart import CHART, helm
+
+    release, port = f"m{namespace[-6:]}", free_ports(1)[0]
+    helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "170s",
+         "--set", "operator.enabled=false", "--set", f"agent.metrics.port={port}",
+         "--set-json", "agent.nodeSelector=" + json.dumps(
+             {"kubernetes.io/arch": None, **selector}),
+         kubeconfig=cluster.kubeconfig)
+    try:
+        pods = kube.get(api_path("v1", "pods", f"{namespace}-node-agent"),
+                        labelSelector=f"app.kubernetes.io/instance={release},"
+                                      "app.kubernetes.io/component=node-agent")["items"]
+        yield {p["spec"]["nodeName"]: f"http://{p['status']['podIP']}:"
+               f"{p['metadata']['annotations']['prometheus.io/port']}/metrics" for p in pods}
+    finally:
+        helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s",
+             kubeconfig=cluster.kubeconfig, check=False)
+        kube.delete_ignore_missing(api_path("v1", "namespaces", name=f"{namespace}-node-agent"))
+
+
+@pytest.fixture(scope="module")
+def session_agents(cluster: LocalCluster, kube: KubeClient, trainer_images: RealCluster,
+                   ) -> Iterator[dict[str, str]]:
+    """The chart's node agents on the session's Jetsons for one module (the profile pods ask
+    them for their clocks; training pods wait for their pins); node → metrics URL."""
+    import uuid
+
+    from tests.cluster.fixtures import NANO, ORIN
+
+    for node in (NANO, ORIN):
+        kube.patch(api_path("v1", "nodes", name=node), {"metadata": {"labels": AGENTS_LABEL}})
+    with (temporary_namespace(kube, f"agents-{uuid.uuid4().hex[:5]}") as ns,
+          chart_agents(cluster, kube, ns, AGENTS_LABEL) as urls):
+        yield urls

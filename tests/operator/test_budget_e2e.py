@@ -1,5 +1,6 @@
-"""A site power budget end to end: three Nano vnodes under one 9 W PowerBudget, three jobs
-with their own 5 W limits, on the real control plane with the operator process.
+"""A site power budget end to end: three real Nano nodes (arm64 under QEMU, started once for
+the module) under one 9 W PowerBudget, three jobs with their own 5 W limits, on the real
+control plane with the operator process.
 
 The budget's planned draw never exceeds the cap; a cap raised mid-training lets the jobs
 speed up and a cap lowered again makes them re-plan down (the limit-change path, resuming from
@@ -26,16 +27,10 @@ import pytest
 from edgetrain.api.budget import BUDGET_PLURAL
 from edgetrain.api.keys import ANNOTATION_INJECT_HOLD
 from edgetrain.bench.budget_live import AgentPower, AuthorisedWatch, run_rounds, summarise
-from edgetrain.cluster import (
-    KubeApiError,
-    KubeClient,
-    LocalCluster,
-    VNodeAgent,
-    api_path,
-    node_specs,
-)
-from edgetrain.cluster.controlplane import free_ports
+from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, node_specs
 from edgetrain.operator.manifests import release_configmap_name
+from tests.cluster.fixtures import JETSON_ARCH, TRAINER
+from tests.cluster.realnodes import RealCluster, more_nodes
 from tests.helpers import http_get
 from tests.node_agent.helpers import sample_value, wait_until
 from tests.operator.budgets import (
@@ -51,6 +46,7 @@ from tests.operator.budgets import (
 from tests.operator.conftest import (
     GROUP_VERSION,
     OperatorProcess,
+    chart_agents,
     job_manifest,
     patj_path,
     seed_efficiency,
@@ -78,31 +74,48 @@ def _wait_plans(kube: KubeClient, namespace: str, names: list[str], ok: Any, wha
                        f"operator log tail:\n{op.log_text()[-4000:]}")
 
 
+@pytest.fixture(scope="module")
+def site_nodes(real_fleet: RealCluster, kube: KubeClient, checkpoint_root: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Three real Nanos beyond the session's (a slot of their own), with the trainer and the
+    node agent; their names."""
+    specs = node_specs({"jetson-nano": 3}, prefix="site")
+    with more_nodes(real_fleet.cluster, kube, tmp_path_factory.mktemp("site"), specs,
+                    JETSON_ARCH, ("node-agent", TRAINER),
+                    shared_dirs=(str(checkpoint_root),)):
+        yield sorted(s.name for s in specs)
+
+
 @pytest.fixture
-def site(kube: KubeClient, namespace: str, tmp_path: Path) -> Iterator[tuple[str, VNodeAgent]]:
-    """Three Nano vnodes labelled as one site, and a 9 W PowerBudget over them."""
+def site(kube: KubeClient, namespace: str, site_nodes: list[str],
+         ) -> Iterator[tuple[str, list[str]]]:
+    """The three Nanos labelled as one site of this test, and a 9 W PowerBudget over them."""
     name = f"site-{namespace[-5:]}"
-    agent = VNodeAgent(kube, node_specs({"jetson-nano": 3}, prefix=name), tmp_path / "vn",
-                       restart_backoff_s=0.5, max_backoff_s=2.0)
-    agent.start()
+    for node in site_nodes:
+        kube.patch(api_path("v1", "nodes", name=node),
+                   {"metadata": {"labels": {"edgetrain.io/site": name}}})
+    create_budget(kube, name, {"edgetrain.io/site": name}, CAP_W)
     try:
-        agent.wait_ready()
-        for node in agent.nodes:
-            kube.patch(api_path("v1", "nodes", name=node.name),
-                       {"metadata": {"labels": {"edgetrain.io/site": name}}})
-        create_budget(kube, name, {"edgetrain.io/site": name}, CAP_W)
-        yield name, agent
+        yield name, site_nodes
     finally:
         with contextlib.suppress(KubeApiError):
             kube.delete(api_path(GROUP_VERSION, BUDGET_PLURAL, name=name))
-        agent.stop()
 
 
 def test_three_jobs_share_a_nine_watt_site(
-    kube: KubeClient, namespace: str, operator: OperatorProcess,
-    site: tuple[str, VNodeAgent],
+    cluster: LocalCluster, kube: KubeClient, namespace: str, operator: OperatorProcess,
+    site: tuple[str, list[str]],
 ) -> None:
-    budget, agent = site
+    """The site's jobs profile and train through the chart's node agents on its nodes."""
+    with chart_agents(cluster, kube, namespace, {"edgetrain.io/site": site[0]}):
+        _three_jobs_share_a_nine_watt_site(kube, namespace, operator, site)
+
+
+def _three_jobs_share_a_nine_watt_site(
+    kube: KubeClient, namespace: str, operator: OperatorProcess,
+    site: tuple[str, list[str]],
+) -> None:
+    budget, site_names = site
     st = kube.wait_for(api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget),
                        lambda o: len((o.get("status") or {}).get("nodes") or []) == 3,
                        timeout_s=60, interval_s=0.5, what="budget sees its 3 nodes")["status"]
@@ -115,7 +128,7 @@ def test_three_jobs_share_a_nine_watt_site(
         body["metadata"]["annotations"] = {ANNOTATION_INJECT_HOLD: "train"}
     seed_efficiency(kube, namespace, manifests[0]["spec"])  # the estimate is tested elsewhere
     # So is profiling; the caps below are set from the profile's cheapest point.
-    seed_profile(kube, namespace, manifests[0]["spec"], agent.nodes[0].name)
+    seed_profile(kube, namespace, manifests[0]["spec"], site_names[0])
     training = training_with_samples
     caps: list[tuple[float, float]] = [(0.0, CAP_W)]  # (from when, cap)
 
@@ -124,7 +137,7 @@ def test_three_jobs_share_a_nine_watt_site(
         set_cap(kube, budget, watts)
 
     with BudgetWatch(kube, budget, namespace) as watch, \
-            AuthorisedWatch(kube, {n.name: idle_per_node for n in agent.nodes}) as pods:
+            AuthorisedWatch(kube, {n: idle_per_node for n in site_names}) as pods:
         for body in manifests:
             kube.create(patj_path(namespace), body)
             time.sleep(0.3)  # arrival order b1, b2, b3
@@ -234,47 +247,22 @@ class AgentReadings(Sampler):
         return sum(lo.values()), sum(hi.values())
 
 
-@contextlib.contextmanager
-def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str, site_name: str,
-                 ) -> Iterator[dict[str, str]]:
-    """The chart's node agents (agent only, as `helm install` puts them) on the site's nodes;
-    node → its metrics URL, read from the pods the way Prometheus' pod discovery does."""
-    from tests.observability.test_chart import CHART, helm
-
-    release, port = f"m{namespace[-6:]}", free_ports(1)[0]
-    helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
-         "--set", "operator.enabled=false", "--set", f"agent.metrics.port={port}",
-         "--set-json", f'agent.nodeSelector={{"edgetrain.io/site":"{site_name}"}}',
-         kubeconfig=cluster.kubeconfig)
-    try:
-        pods = kube.get(api_path("v1", "pods", f"{namespace}-node-agent"),
-                        labelSelector=f"app.kubernetes.io/instance={release},"
-                                      "app.kubernetes.io/component=node-agent")["items"]
-        yield {p["spec"]["nodeName"]: f"http://{p['status']['podIP']}:"
-               f"{p['metadata']['annotations']['prometheus.io/port']}/metrics" for p in pods}
-    finally:
-        helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s",
-             kubeconfig=cluster.kubeconfig, check=False)
-        kube.delete_ignore_missing(api_path("v1", "namespaces", name=f"{namespace}-node-agent"))
-
-
 def test_staggered_rounds_never_authorise_over_the_cap(
     cluster: LocalCluster, kube: KubeClient, namespace: str, operator: OperatorProcess,
-    site: tuple[str, VNodeAgent],
+    site: tuple[str, list[str]],
 ) -> None:
     """Issue 39 from outside: three 5 W jobs arriving 1 to 3 s apart, two rounds (the first
     profiles under the budget, the second runs beside a CPU hog). A watch on every pod sums
     per node the highest power limit among its pods that have not ended (else idle): never
     over the cap; the chart's agents' own readings are never over cap + 1 W two in a row."""
-    budget, agent = site
-    nodes = sorted(n.name for n in agent.nodes)
+    budget, nodes = site
     st = kube.wait_for(api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget),
                        lambda o: len((o.get("status") or {}).get("nodes") or []) == 3,
                        timeout_s=60, interval_s=0.5, what="budget sees its 3 nodes")["status"]
     idle = {n: st["idleWatts"] / 3 for n in nodes}
     placement = {"nodeSelector": {"edgetrain.io/site": budget}}
     seed_efficiency(kube, namespace, job_manifest("x", placement=placement)["spec"])
-    with chart_agents(cluster, kube, namespace, budget) as urls, \
+    with chart_agents(cluster, kube, namespace, {"edgetrain.io/site": budget}) as urls, \
             AuthorisedWatch(kube, idle) as watch, AgentPower(urls) as power:
         clocks, seconds, hogs, failures = run_rounds(
             kube, namespace, lambda name: job_manifest(name, placement=placement), 2, 3, watch,
@@ -294,14 +282,13 @@ def test_staggered_rounds_never_authorise_over_the_cap(
 
 def test_measured_draw_is_the_agents_sum(
     cluster: LocalCluster, kube: KubeClient, namespace: str, operator: OperatorProcess,
-    site: tuple[str, VNodeAgent], tmp_path: Path,
+    site: tuple[str, list[str]], tmp_path: Path,
 ) -> None:
     """The operator's measured site draw is the sum of the chart's node agents' own readings
     while two jobs train; nodes without an agent are named; the dashboard row plots it."""
     from tests.observability.test_prometheus import dashboard_queries, run_prometheus
 
-    budget, agent = site
-    nodes = sorted(n.name for n in agent.nodes)
+    budget, nodes = site
     path = api_path(GROUP_VERSION, BUDGET_PLURAL, name=budget)
     # No agent yet: no number, and every node named as unread (status and metric).
     st = kube.wait_for(path, lambda o: (o.get("status") or {}).get("unmeasuredNodes") == nodes,
@@ -321,7 +308,7 @@ def test_measured_draw_is_the_agents_sum(
             {"targets": [operator.metrics_url.split("/")[2]]}]}]}, tmp_path)
     names = ["m1", "m2"]
     try:
-        with chart_agents(cluster, kube, namespace, budget) as urls, \
+        with chart_agents(cluster, kube, namespace, {"edgetrain.io/site": budget}) as urls, \
                 AgentReadings(urls) as readings:
             assert sorted(urls) == nodes, urls
             idle = kube.wait_for(path, lambda o: (o.get("status") or {}).get("unmeasuredNodes")

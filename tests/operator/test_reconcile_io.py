@@ -18,7 +18,7 @@ from edgetrain.operator.phases import NodeInfo
 from edgetrain.operator.reconcile import Indexes, Reconciler
 from edgetrain.operator.settings import load_settings
 from edgetrain.operator.worker_security import restrict
-from tests.cluster.fixtures import SERVERS
+from tests.cluster.fixtures import SERVER_NAMES
 from tests.operator.conftest import job_manifest, patj_path
 from tests.operator.test_decide import EFF, PROF, SEL, SPEC, node
 
@@ -55,7 +55,7 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, 
     them (here: watches that show nothing yet), nothing but what they cannot tell: the GPU
     servers before an estimate starts, and a training Job the status names."""
     if phase == "estimating":
-        request.getfixturevalue("vnodes")  # the session's GPU servers, Ready
+        request.getfixturevalue("real_fleet")  # the session's GPU servers, Ready
     client = RecordingClient(kube.configuration)
     rec = Reconciler(client, load_settings({}))
     patj = {"metadata": {"name": "j", "namespace": namespace, "uid": "0123456789abcdef",
@@ -68,10 +68,10 @@ def test_a_tick_reads_only_the_jobs_namespace(kube: KubeClient, namespace: str, 
     sent = list(client.sent)
     if phase == "estimating":
         # No estimate Job yet: the GPU servers, once, for the new Job's parallelism (the
-        # session's virtual servers advertise 8 nvidia.com/gpu each).
+        # session's real servers advertise 8 nvidia.com/gpu each).
         sent.remove(("GET", "/api/v1/nodes"))
         assert [(s.name, s.allocatable_gpus) for s in world.servers] == [
-            (f"vn-gpu-server-{i}", 8) for i in range(SERVERS)]
+            (name, 8) for name in SERVER_NAMES]
     for method, path in sent:
         assert method == "GET" and f"/namespaces/{namespace}/" in path, client.sent
     assert len(client.sent) <= 3, client.sent

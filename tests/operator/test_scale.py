@@ -1,4 +1,4 @@
-"""Twenty jobs at once across a mixed fleet of virtual nodes (opt-in: EDGETRAIN_OPERATOR_SCALE=1).
+"""Twenty jobs at once across a mixed fleet of real nodes (opt-in: EDGETRAIN_OPERATOR_SCALE=1).
 
 Not part of `make test` (several minutes on 2 cores). It reports the operator's reconcile
 durations (from its --verbose log), how long a finished training Job took to show up as
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cluster import KubeClient, VNodeAgent, api_path, node_specs
-from tests.operator.conftest import OperatorProcess, job_manifest, patj_path
+from edgetrain.cluster import KubeClient, api_path, node_specs
+from tests.cluster.fixtures import JETSON_ARCH, TRAINER
+from tests.cluster.realnodes import RealCluster, more_nodes
+from tests.operator.conftest import AGENTS_LABEL, OperatorProcess, job_manifest, patj_path
 
 pytestmark = [
     pytest.mark.cluster,
@@ -38,11 +40,13 @@ def _ts(text: str) -> float:
 
 
 def test_twenty_jobs_at_once(kube: KubeClient, namespace: str, operator: OperatorProcess,
-                             tmp_path: Path) -> None:
+                             real_fleet: RealCluster, session_agents: dict[str, str],
+                             checkpoint_root: Path, tmp_path: Path) -> None:
     pool = "scale"
-    agent = VNodeAgent(kube, node_specs(FLEET, prefix="sc"), tmp_path / "vn",
-                       restart_backoff_s=0.5, max_backoff_s=2.0)
-    agent.start()
+    specs = node_specs(FLEET, prefix="sc")
+    nodes = more_nodes(real_fleet.cluster, kube, tmp_path / "sc", specs, JETSON_ARCH,
+                       ("node-agent", TRAINER), shared_dirs=(str(checkpoint_root),))
+    nodes.__enter__()
     peak_rss = [operator.rss_bytes()]
     stop = threading.Event()
 
@@ -54,10 +58,9 @@ def test_twenty_jobs_at_once(kube: KubeClient, namespace: str, operator: Operato
     sampler.start()
     log_start = len(operator.log_text())
     try:
-        agent.wait_ready()
-        for node in agent.nodes:
-            kube.patch(api_path("v1", "nodes", name=node.name),
-                       {"metadata": {"labels": {"edgetrain.io/pool": pool}}})
+        for spec in specs:  # in the pool, with the node agents of the module
+            kube.patch(api_path("v1", "nodes", name=spec.name),
+                       {"metadata": {"labels": {"edgetrain.io/pool": pool, **AGENTS_LABEL}}})
         started = time.monotonic()
         names = []
         for i in range(JOBS):
@@ -94,7 +97,7 @@ def test_twenty_jobs_at_once(kube: KubeClient, namespace: str, operator: Operato
                              labelSelector="edgetrain.io/phase=estimate")["items"]
     finally:
         stop.set()
-        agent.stop()
+        nodes.__exit__(None, None, None)
     durations = [float(m) for m in re.findall(r"reconcile \S+ phase=\S+ ([\d.]+) ms",
                                               operator.log_text()[log_start:])]
     durations.sort()

@@ -1,6 +1,8 @@
-"""Containers of virtual nodes forked from a preloaded interpreter: a server that imported torch
-and edgetrain's commands once forks each `edgetrain …` container, which then runs without the
-~6 s of imports a new interpreter pays (torch 3.6 s, torch._dynamo 2.5 s, the CLI).
+"""The tests' `edgetrain …` commands forked from a preloaded interpreter (`run_edgetrain` in
+tests/helpers.py): a server that imported torch and edgetrain's commands once forks each
+command, which then runs without the ~6 s of imports a new interpreter pays (torch 3.6 s,
+torch._dynamo 2.5 s, the CLI). A test harness: pods on the real nodes start their images'
+own interpreters.
 
 The child does what `subprocess.Popen` does before exec (stdio, cwd, session, the isolation
 hook), then what `python -m edgetrain ARGS` does (runpy). Other commands start as processes.
@@ -147,7 +149,7 @@ class ForkServer:
                 return
             # Its stdin is a pipe only this process holds: EOF there (this process gone) ends it.
             self._server = subprocess.Popen(
-                [sys.executable, "-m", "edgetrain.cluster.forkserver", self._name],
+                [sys.executable, str(Path(__file__).resolve()), self._name],
                 stdin=subprocess.PIPE, start_new_session=True)
             assert self._server.stdout is None and self._server.stdin is not None
             # The server binds before it imports: a connect waits in its backlog meanwhile.
@@ -194,7 +196,7 @@ def shared_fork_server(head: Sequence[str]) -> ForkServer:
         return _SHARED.setdefault(tuple(head), ForkServer(head))
 
 
-# --- the server (python -m edgetrain.cluster.forkserver ADDRESS) ---
+# --- the server (python tests/forkserver.py ADDRESS) ---
 
 
 def serve(name: str) -> None:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cluster.forkserver import ForkServer
 from edgetrain.cluster.process import die_with_parent
-from edgetrain.cluster.runtime import default_executables
+from tests.forkserver import ForkServer
 
-HEAD = default_executables()["edgetrain"]
+HEAD = [sys.executable, "-m", "edgetrain"]
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +101,8 @@ def test_a_container_is_a_session_that_holds_torch_and_dies_by_signal(
 def test_the_server_ends_with_its_client(tmp_path: Path) -> None:
     """A client process that dies takes its server and the server's containers with it."""
     code = ("import sys, time\n"
-            "from edgetrain.cluster.forkserver import ForkServer\n"
+            f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+            "from tests.forkserver import ForkServer\n"
             "from edgetrain.cluster.process import die_with_parent\n"
             f"p = ForkServer({HEAD!r}).start({[*HEAD, 'worker', '--', 'sleep', '600']!r},"
             f" env={_env()!r}, cwd={str(tmp_path)!r}, log_path={str(tmp_path / 'c.log')!r},"
