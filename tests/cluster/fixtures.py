@@ -44,7 +44,7 @@ ESTIMATOR = "estimator-cpu"
 # The one server that holds the estimator (GBs) and so takes the estimate pods: the operator's
 # serverSelector sends them there.
 ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
-NODE_TIMEOUT_S = 900.0  # importing a CPU torch image into a node takes minutes here
+NODE_TIMEOUT_S = 900.0  # making an image store of the CPU torch images takes minutes here
 
 
 @pytest.fixture(scope="session")
@@ -84,13 +84,23 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 @pytest.fixture(scope="session")
 def real_fleet(cluster: LocalCluster, kube: KubeClient, slot: NodeNetwork | None,
                checkpoint_root: Path) -> Iterator[RealCluster]:
-    """The session's real Jetsons and GPU servers, Ready, holding no image yet: a test asks
-    for the images it runs (`RealCluster.need`, or `trainer_images`, `estimator_image`)."""
+    """The session's real Jetsons and GPU servers, Ready, with their images from the image
+    stores (docs/cluster.md, "Image stores"; built from this tree first): the Jetsons the node
+    agent and the trainer, the servers the operator, the first also the CPU estimator."""
     skip_or_fail_without_kubelets()
     assert slot is not None
+    build_images(("node-agent", TRAINER, "operator", ESTIMATOR))
     specs = node_specs(JETSON_COUNTS, SERVERS, prefix="")
-    with real_nodes(cluster, kube, slot, specs, JETSON_ARCH, (), NODE_TIMEOUT_S, lambda _m: None,
-                    shared_dirs=(str(checkpoint_root),)) as real:
+    jetson_images, server_images = ("node-agent", TRAINER), ("operator",)
+    with real_nodes(cluster, kube, slot, specs, JETSON_ARCH, jetson_images, NODE_TIMEOUT_S,
+                    lambda _m: None, shared_dirs=(str(checkpoint_root),),
+                    server_images=server_images,
+                    node_images={SERVER_NAMES[0]: (*server_images, ESTIMATOR)}) as real:
+        missing = real.missing_images()
+        assert not missing, f"images podman lacks (`make images-local` builds them): {missing}"
+        real.held.update({(n, i) for n in (NANO, ORIN) for i in jetson_images}
+                         | {(n, i) for n in SERVER_NAMES for i in server_images}
+                         | {(SERVER_NAMES[0], ESTIMATOR)})
         kube.patch(api_path("v1", "nodes", name=SERVER_NAMES[0]),
                    {"metadata": {"labels": ESTIMATES_LABEL}})
         yield real
@@ -107,8 +117,7 @@ def checkpoint_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def trainer_images(real_fleet: RealCluster) -> RealCluster:
-    """The Jetsons hold the trainer and the node agent (built from this tree first)."""
-    build_images(("node-agent", TRAINER))
+    """The Jetsons hold the trainer and the node agent."""
     real_fleet.need([NANO, ORIN], ("node-agent", TRAINER), f"linux/{JETSON_ARCH}")
     return real_fleet
 

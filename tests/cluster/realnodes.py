@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,7 @@ from edgetrain.cluster.jetsons import JetsonFleet, teardown_jetsons
 from edgetrain.cluster.nodes import VNodeSpec
 from edgetrain.cluster.nsnode import NsNode
 from edgetrain.cluster.realnode import missing_binaries
-from tests.helpers import skip_here_fail_in_ci
+from tests.helpers import project_image_up_to_date, skip_here_fail_in_ci
 
 
 def unavailable() -> str | None:
@@ -120,13 +118,10 @@ def real_nodes(cluster: LocalCluster, kube: KubeClient, net: NodeNetwork,
         teardown_jetsons(cluster.run_dir)
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def build_images(names: Sequence[str]) -> None:
     """The project's images built from this tree as `make images-core` builds them (a no-op
     when each one's stamp names these sources): an image from older sources would test older
-    code. podman's store is host-wide: builds take the host-state lock.
+    code (build-images.sh builds one image at a time per podman store).
     EDGETRAIN_TEST_BUILD_IMAGES=0 uses the images podman holds as they are (a run whose
     images were just built, or that waits behind a busy host lock)."""
     if os.environ.get("EDGETRAIN_TEST_BUILD_IMAGES", "1") == "0":
@@ -135,16 +130,8 @@ def build_images(names: Sequence[str]) -> None:
                    and podman_ref(n, f"{__version__}-arm64") is None]
         assert not lacking, f"podman lacks {lacking} (`make images-local` builds them)"
         return
-    env = dict(os.environ, REGISTRY="ghcr.io/edgetrain", PYTHON=sys.executable,
-               CONTAINERS_CONF=str(ROOT / "images" / "containers.conf"))
-    cmd = ["bash", str(ROOT / "scripts" / "build-images.sh"), *names]
-    lock = Path(os.environ.get("EDGETRAIN_HOST_STATE_LOCK", "/work/host-state.lock"))
-    if lock.exists():
-        cmd = ["flock", str(lock), *cmd]
-    built = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    assert built.returncode == 0, f"image build failed:\n{built.stderr[-6000:]}"
-    lacking = [n for n in names if podman_ref(n, __version__) is None]
-    assert not lacking, f"built, yet podman lacks {lacking}:\n{built.stdout[-2000:]}"
+    for name in names:
+        project_image_up_to_date(name)
 
 
 @contextlib.contextmanager
