@@ -206,6 +206,28 @@ def wait_phase(kube: KubeClient, ns: str, name: str, phases: set[str], timeout_s
         raise TimeoutError(f"{exc}\noperator log tail:\n{tail}") from None
 
 
+def explain_job(kube: KubeClient, ns: str, name: str) -> str:
+    """Why a job ended as it did: its conditions, the namespace's last Events, and each pod's
+    state and log tail (for an assertion's message; read only when it fails)."""
+    job = kube.get(patj_path(ns, name))
+    lines = ["conditions:", *(json.dumps(c) for c in job.get("status", {}).get("conditions", []))]
+    events = kube.get(api_path("v1", "events", ns))["items"]
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    lines += ["events:", *(f"{e['involvedObject']['name']}: {e['reason']}: {e.get('message')}"
+                           for e in events[-20:])]
+    for pod in kube.get(api_path("v1", "pods", ns))["items"]:
+        pod_name = pod["metadata"]["name"]
+        states = [json.dumps(c.get("state")) for c in pod.get("status", {}).get(
+            "containerStatuses", [])]
+        lines.append(f"pod {pod_name} on {pod['spec'].get('nodeName')}: {states}")
+        try:
+            lines.append(kube.get_text(api_path("v1", "pods", ns, pod_name, "log")
+                                       + "?tailLines=15&timestamps=false"))
+        except KubeApiError as exc:
+            lines.append(f"(no log: {exc})")
+    return "\n".join(lines)
+
+
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
     """A small, fast job: quarter-width ResNet-8 on digits on the session's Jetson Nano."""
     body: dict[str, Any] = {

@@ -33,6 +33,7 @@ from tests.cluster.realnodes import RealCluster, more_nodes
 from tests.operator.conftest import (
     AGENTS_LABEL,
     OperatorProcess,
+    explain_job,
     job_manifest,
     patj_path,
     seed_efficiency,
@@ -320,7 +321,7 @@ def test_predicted_profiling_plans_a_full_power_mode(
     seed_efficiency(kube, shared_ns, body["spec"])  # the estimate is tested above
     name = _create(kube, shared_ns, body)
     status = wait_phase(kube, shared_ns, name, DONE, 420, operator)["status"]
-    assert status["phase"] == "Succeeded", status
+    assert status["phase"] == "Succeeded", explain_job(kube, shared_ns, name)
     (profile,) = status["profiles"]
     data = kube.get(api_path("v1", "configmaps", shared_ns, profile["configMap"]))["data"]
     meta = json.loads(data["profile.meta.json"])
