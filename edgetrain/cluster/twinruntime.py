@@ -1,10 +1,11 @@
 """The OCI runtime of a Jetson node: runc, after giving each container its device's files, as
 NVIDIA's container runtime does on a real Jetson (it mounts the host's driver files and
 device nodes into GPU containers). Here the device is the node's twin, so each container gets
-the node's sysfs (the twin grafted in: `nodefs.py`) in place of a fresh one, the twin's
-control directory (`/run/edgetrain-twin`: what trains, for its power model) and
-`/etc/nv_tegra_release`. A container's /sys stays read-only (recursively) unless the
-container is privileged, as runc makes it.
+the node's sysfs (the twin grafted in: `nodefs.py`) in place of a fresh one, the twin's CPUs
+(which the node's sysfs leaves the host's), the twin's control directory
+(`/run/edgetrain-twin`: what trains, for its power model) and `/etc/nv_tegra_release`. A
+container's /sys stays read-only (recursively) unless the container is privileged, as runc
+makes it.
 
 `write_wrapper` writes a shell script that containerd runs as `BinaryName`; it calls this
 file (standard library only) for `create` and then execs runc."""
@@ -18,6 +19,7 @@ from pathlib import Path
 
 TWIN_CONTROL = "/run/edgetrain-twin"
 L4T_RELEASE = "/etc/nv_tegra_release"
+TWIN_CPUS = "/sys/devices/system/cpu"
 SANDBOX_ANNOTATION = "io.kubernetes.cri.container-type"
 
 
@@ -34,6 +36,20 @@ def give_device(spec: dict[str, object], twin_root: str) -> bool:
             read_only = "ro" in m.get("options", [])
             m.update({"type": "bind", "source": "/sys", "options": [
                 "rbind", "nosuid", "noexec", "nodev", "rro" if read_only else "rw"]})
+    # The board's CPUs (cores online, clock caps), which the node's own /sys leaves out (the
+    # kubelet reads the host's there): over a hostPath of them (the agent's, read-write) or
+    # under the container's /sys, read-only as it is.
+    cpus = f"{twin_root}{TWIN_CPUS}"
+    if os.path.isdir(cpus):
+        bound = [m for m in mounts if m.get("destination") == TWIN_CPUS]
+        for m in bound:
+            m["source"] = cpus
+        sysfs = next((m for m in mounts if m.get("destination") == "/sys"), None)
+        if not bound and sysfs is not None:
+            read_only = "ro" in sysfs.get("options", []) or "rro" in sysfs.get("options", [])
+            mounts.append({"destination": TWIN_CPUS, "type": "bind", "source": cpus,
+                           "options": ["rbind", "nosuid", "noexec", "nodev",
+                                       "rro" if read_only else "rw"]})
     control = f"{twin_root}{TWIN_CONTROL}"
     if TWIN_CONTROL not in taken and os.path.isdir(control):
         mounts.append({"destination": TWIN_CONTROL, "type": "bind", "source": control,

@@ -94,6 +94,30 @@ def test_runtime_gives_containers_the_nodes_sysfs_and_the_twin(tmp_path: Path) -
     assert not give_device(sandbox, str(tmp_path)) and sandbox["mounts"] == []
 
 
+def test_runtime_gives_containers_the_twins_cpus(tmp_path: Path) -> None:
+    """The board's CPUs, which the node's /sys leaves the host's: read-only under a restricted
+    pod's /sys, and in place of the host's for a hostPath of them (the agent's, read-write)."""
+    cpus = tmp_path / "sys" / "devices" / "system" / "cpu"
+    cpus.mkdir(parents=True)
+    restricted = _spec(["nosuid", "noexec", "nodev", "ro"])
+    give_device(restricted, str(tmp_path))
+    (bound,) = [m for m in restricted["mounts"]  # type: ignore[attr-defined]
+                if m["destination"] == "/sys/devices/system/cpu"]
+    assert bound["source"] == str(cpus) and "rro" in bound["options"]
+    agent = _spec(["nosuid", "noexec", "nodev", "ro"])
+    agent["mounts"].append({"destination": "/sys/devices/system/cpu",  # type: ignore[attr-defined]
+                            "type": "bind", "source": "/sys/devices/system/cpu",
+                            "options": ["rbind", "rprivate", "rw"]})
+    give_device(agent, str(tmp_path))
+    (bound,) = [m for m in agent["mounts"]  # type: ignore[attr-defined]
+                if m["destination"] == "/sys/devices/system/cpu"]
+    assert bound["source"] == str(cpus) and "rw" in bound["options"]
+    no_cpus = _spec(["nosuid", "noexec", "nodev", "ro"])
+    give_device(no_cpus, str(tmp_path / "elsewhere"))
+    assert all(m["destination"] != "/sys/devices/system/cpu"
+               for m in no_cpus["mounts"])  # type: ignore[attr-defined]
+
+
 def test_runtime_wrapper_edits_the_bundle_on_create_only(tmp_path: Path) -> None:
     fake_runc = tmp_path / "runc"
     fake_runc.write_text("#!/bin/sh\necho \"runc $*\"\n")

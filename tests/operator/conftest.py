@@ -305,6 +305,9 @@ def chart_agents(cluster: LocalCluster, kube: KubeClient, namespace: str,
     release, port = f"m{namespace[-6:]}", free_ports(1)[0]
     helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "170s",
          "--set", "operator.enabled=false", "--set", f"agent.metrics.port={port}",
+         # The Orin Nano's full power modes (predicted profiling and its plans): the agent
+         # mounts the CPU and EMC controls, which the node's runtime gives from its twin.
+         "--set", "agent.boards.jetson-orin-nano.powerModes=true",
          "--set-json", "agent.nodeSelector=" + json.dumps(
              {"kubernetes.io/arch": None, **selector}),
          kubeconfig=cluster.kubeconfig)
