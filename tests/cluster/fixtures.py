@@ -44,7 +44,7 @@ ESTIMATOR = "estimator-cpu"
 # The one server that holds the estimator (GBs) and so takes the estimate pods: the operator's
 # serverSelector sends them there.
 ESTIMATES_LABEL = {"edgetrain.io/estimates": "here"}
-NODE_TIMEOUT_S = 900.0  # making an image store of the CPU torch images takes minutes here
+NODE_TIMEOUT_S = 300.0  # to Ready; the image stores are made before, outside it
 
 
 @pytest.fixture(scope="session")

@@ -137,14 +137,16 @@ def build_images(names: Sequence[str]) -> None:
 @contextlib.contextmanager
 def more_nodes(cluster: LocalCluster, kube: KubeClient, run_dir: Path,
                specs: Sequence[VNodeSpec], arch: str, images: Sequence[str],
-               timeout_s: float = 900.0, **start: Any) -> Iterator[JetsonFleet]:
+               timeout_s: float = 300.0, **start: Any) -> Iterator[JetsonFleet]:
     """Real nodes beyond a session's, on a slot of their own (a slot holds at most seven), for
     a test that takes one down; on exit they stop and their Nodes and pods are deleted (no
     kubelet is left to confirm a deletion)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "pki").symlink_to(cluster.run_dir / "pki")  # the cluster's CA signs the nodes'
     net = claim_network()
-    fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch)
+    # The cluster's CA signs their certificates; they reach the API server at the address its
+    # certificate names (the cluster's slot's, not theirs).
+    fleet = JetsonFleet(run_dir, net, cluster.ports["apiserver"], arch,
+                        pki_dir=cluster.pki.dir, api_ip=cluster.api_service_ip)
     try:
         got = fleet.start(specs, kube, images, __version__, timeout_s, lambda _m: None, **start)
         missing = [f"{r.ref}: {r.missing}" for r in got if r.missing]

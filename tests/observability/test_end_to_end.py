@@ -34,7 +34,6 @@ from tests.observability.test_chart import (
     NODE,
     chart_nodes,
     helm,
-    node_address,
     restricted_release,
 )
 from tests.observability.test_prometheus import dashboard_queries, expand, run_prometheus
@@ -164,10 +163,12 @@ def test_one_job_in_cluster_with_dashboards(
         trained = [e for e in pinned if "-train-" in e["involvedObject"]["name"]]
         assert trained and f"{freq / 1e6:g} MHz" in trained[0]["message"], pinned
         wait_until(lambda: dev.current_range() == before, 30, "range restored after the job")
-        # Prometheus found the agent through the API server, at its node's own address.
+        # Prometheus found the agent through the API server, at its pod's address.
         targets = http_get(f"{url}/api/v1/targets").json()["data"]["activeTargets"]
+        (agent,) = kube.get(api_path("v1", "pods", release["agent_namespace"]),
+                            labelSelector="app.kubernetes.io/component=node-agent")["items"]
         assert [(t["labels"]["instance"], t["labels"]["kubernetes_node"]) for t in targets] \
-            == [(f"{node_address(kube, NODE)}:{release['port']}", NODE)]
+            == [(f"{agent['status']['podIP']}:{release['port']}", NODE)]
         # The progress panels showed this job while it trained.
         job = "e2e"  # training_job: the PowerAwareTrainingJob (label edgetrain.io/job)
         for _dash, title, expr in dashboard_queries():
