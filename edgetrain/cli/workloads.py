@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -22,6 +21,9 @@ from edgetrain.cli.common import exit_codes, stderr, stdout
 from edgetrain.pipeline.validate import check_output_path, check_workload_options
 from edgetrain.planner import PlanInputError
 from edgetrain.workloads.progress import Reporter
+
+if TYPE_CHECKING:
+    from edgetrain.workloads.device_session import ClockRequest, ModeRequest
 
 
 def parse_int_list(text: str, option: str) -> list[int]:
@@ -422,22 +424,20 @@ def _awaited_setting(
     return freq_hz, mode
 
 
-def _agent_clock_request(sa_dir: Path | None, strategy: str) -> Callable[[int | None], None]:
-    """--clock-by-agent: this pod's clock requests (checked before anything is measured)."""
-    if strategy == "predicted":
-        raise PlanInputError(
-            "--clock-by-agent asks the node agent for GPU clocks only, and --strategy predicted"
-            " also sets CPU cores, CPU and EMC clocks: profile with frontier or full, or"
-            " without --clock-by-agent where this pod may write them")
+def _agent_requests(sa_dir: Path | None) -> tuple[ClockRequest, ModeRequest]:
+    """--clock-by-agent: this pod's GPU clock and power-mode requests (checked before anything
+    is measured)."""
     pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not pod or not namespace:
         raise PlanInputError(
             "--clock-by-agent needs POD_NAME and POD_NAMESPACE naming this pod (the operator's"
             " profile pods set them from the downward API)")
     from edgetrain.kube import KubeClient
-    from edgetrain.operator.worker import agent_clock_request
+    from edgetrain.operator.worker import agent_clock_request, agent_mode_request
 
-    return agent_clock_request(KubeClient.connect(sa_dir=sa_dir), namespace, pod)
+    client = KubeClient.connect(sa_dir=sa_dir)
+    return (agent_clock_request(client, namespace, pod),
+            agent_mode_request(client, namespace, pod))
 
 
 def profile_command(
@@ -480,8 +480,9 @@ def profile_command(
     json_progress: JsonProgressOpt = None,
     clock_by_agent: Annotated[
         bool,
-        typer.Option(help="Ask edgetrain's node agent for each GPU clock (an annotation on this"
-                     " pod, $POD_NAMESPACE/$POD_NAME) and only read it back: for a pod whose"
+        typer.Option(help="Ask edgetrain's node agent for each GPU clock and, with --strategy"
+                     " predicted, each power mode (annotations on this pod,"
+                     " $POD_NAMESPACE/$POD_NAME) and only read them back: for a pod whose"
                      " /sys is read-only."),
     ] = False,
     sa_dir: Annotated[
@@ -519,7 +520,7 @@ def profile_command(
             if gpu_freqs
             else None
         )
-        clock_request = _agent_clock_request(sa_dir, strategy) if clock_by_agent else None
+        clock_request, mode_request = _agent_requests(sa_dir) if clock_by_agent else (None, None)
         check_sysfs_root(sysfs_root)
         device, prec = check_device(device, precision)
         # torch loads only once the options are known to be good.
@@ -548,7 +549,8 @@ def profile_command(
             precision=prec,
         )
         try:
-            session = DeviceSession(sysfs_root, sample_interval, clock_request=clock_request)
+            session = DeviceSession(sysfs_root, sample_interval, clock_request=clock_request,
+                                    mode_request=mode_request)
         except DeviceError as exc:
             raise PlanInputError(f"no usable device: {exc}") from None
         with session, Reporter(json_lines=json_progress) as reporter:

@@ -27,7 +27,6 @@ from edgetrain.api.keys import (
     POWER_MODE_ANNOTATIONS,
 )
 from edgetrain.api.workload_spec import (
-    ProfilingStrategy,
     profile_argv,
     profile_spec,
     train_argv,
@@ -289,9 +288,8 @@ def profile_daemonset(
     out = f"{WORK}/profile.csv"
     pspec = profile_spec(spec, min_window_s=settings.profile_min_window_s,
                          stabilize_window_s=settings.profile_stabilize_window_s)
-    # Predicted profiling also sets CPU and EMC clocks, which the agent is not asked for.
-    by_agent = (settings.profile_clocks_by_agent
-                and pspec.strategy is not ProfilingStrategy.predicted)
+    # Predicted profiling asks the agent for each power mode too (CPU cores, CPU and EMC).
+    by_agent = settings.profile_clocks_by_agent
     cmd = [
         "edgetrain", "profile", *profile_argv(pspec), "--output", out, "--json-progress",
         *(["--clock-by-agent", "--sa-dir", str(SERVICE_ACCOUNT_DIR)] if by_agent else []),

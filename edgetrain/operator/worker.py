@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, POWER_MODE_ANNOTATIONS
 from edgetrain.api.training import TrainingEvent
 from edgetrain.device import DeviceError
 from edgetrain.kube import KubeApiError, KubeClient, api_path, wait_for_stop_signal
@@ -467,31 +467,51 @@ def run_worker(
     return 0
 
 
+def _ask_agent(client: KubeClient, namespace: str, pod: str, annotations: dict[str, str | None],
+               what: str, asking: bool) -> None:
+    """Annotate this pod for the node agent (a value None removes its key)."""
+    path = api_path("v1", "pods", namespace, pod)
+
+    def send() -> None:
+        client.patch(path, {"metadata": {"annotations": annotations}}, "merge")
+
+    try:
+        retry_api(send, f"asking the node agent for {what}", deadline_s=AGENT_REQUEST_RETRY_S)
+    except KubeApiError as exc:
+        if asking:
+            raise DeviceError(
+                f"could not ask the node agent for {what} on pod {namespace}/{pod}: {exc} (the"
+                " worker role needs patch on pods: chart operator.settings.profileClocksByAgent"
+                " with agent.enabled)") from None
+        # Releasing at exit: the pod's end releases it too.
+        print(f"edgetrain worker: release of {what} on pod {namespace}/{pod} not sent",
+              file=sys.stderr)
+
+
 def agent_clock_request(client: KubeClient, namespace: str, pod: str) -> Callable[[int | None],
                                                                                    None]:
     """A profiling pod's clock requests to the node agent: the GPU frequency annotation on its
     own pod, which the agent pins while the pod is active (None removes it: the agent then
     restores the range)."""
-    path = api_path("v1", "pods", namespace, pod)
 
     def request(gpu_freq_hz: int | None) -> None:
         value = None if gpu_freq_hz is None else str(gpu_freq_hz)
-        body = {"metadata": {"annotations": {ANNOTATION_GPU_FREQUENCY_HZ: value}}}
+        _ask_agent(client, namespace, pod, {ANNOTATION_GPU_FREQUENCY_HZ: value},
+                   f"the GPU at {gpu_freq_hz} Hz" if value else "the GPU clock back",
+                   gpu_freq_hz is not None)
 
-        def send() -> None:
-            client.patch(path, body, "merge")
+    return request
 
-        try:
-            retry_api(send, f"asking the node agent for {value or 'the clock back'}",
-                      deadline_s=AGENT_REQUEST_RETRY_S)
-        except KubeApiError as exc:
-            if gpu_freq_hz is not None:
-                raise DeviceError(
-                    f"could not ask the node agent for the GPU at {gpu_freq_hz} Hz on pod"
-                    f" {namespace}/{pod}: {exc} (the worker role needs patch on pods: chart"
-                    " operator.settings.profileClocksByAgent with agent.enabled)") from None
-            # Releasing at exit: the pod's end releases the clock too.
-            print(f"edgetrain worker: clock release on pod {namespace}/{pod} not sent",
-                  file=sys.stderr)
+
+def agent_mode_request(client: KubeClient, namespace: str, pod: str,
+                       ) -> Callable[[tuple[int, int, int] | None], None]:
+    """A profiling pod's power-mode requests to the node agent: (CPU cores, CPU clock cap Hz,
+    EMC Hz) as the power-mode annotations on its own pod, which the agent sets with the pod's
+    GPU pin (None removes them: the agent then restores the board's mode)."""
+
+    def request(mode: tuple[int, int, int] | None) -> None:
+        values = [None] * len(POWER_MODE_ANNOTATIONS) if mode is None else [str(v) for v in mode]
+        _ask_agent(client, namespace, pod, dict(zip(POWER_MODE_ANNOTATIONS, values, strict=True)),
+                   f"power mode {mode}" if mode else "the power mode back", mode is not None)
 
     return request

@@ -40,6 +40,8 @@ MODE_GRACE_S = 5.0
 
 # Asks whoever may write devfreq (the node agent) for a GPU clock; None: release it.
 ClockRequest = Callable[[int | None], None]
+# Asks the node agent for a power mode (CPU cores, CPU clock cap Hz, EMC Hz); None: release it.
+ModeRequest = Callable[[tuple[int, int, int] | None], None]
 
 
 class DeviceSession:
@@ -55,11 +57,14 @@ class DeviceSession:
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         clock_request: ClockRequest | None = None,
         clock_timeout_s: float = AGENT_CLOCK_TIMEOUT_S,
+        mode_request: ModeRequest | None = None,
     ) -> None:
-        """`clock_request`: clocks are asked of the node agent and only read back here (a
-        restricted pod's /sys is read-only); None: devfreq is written here."""
+        """`clock_request`, `mode_request`: GPU clocks and power modes are asked of the node
+        agent and only read back here (a restricted pod's /sys is read-only); None: they are
+        written here."""
         self.root: Path = resolve_root(root)
         self.clock_request = clock_request
+        self.mode_request = mode_request
         self.clock_timeout_s = clock_timeout_s
         self.devfreq = GpuDevfreq.discover(self.root)
         self.sampler = PowerSampler(select_power_sensor(self.root), sample_interval_s)
@@ -98,6 +103,8 @@ class DeviceSession:
         self.sampler.stop()
         if self.simulated:
             self.set_workload(TwinWorkload(busy=False))
+        if self.mode_request is not None:
+            self.mode_request(None)
         if self.clock_request is not None:
             self.clock_request(None)
         if self._original_range is not None:

@@ -2,12 +2,15 @@
 
 Profile k points sampled to cover the (batch size, full power mode) grid, transfer the board's
 reference MLPs to them, and predict the whole table. Power modes are set through
-`edgetrain.device.power_mode`; this module is imported only by `edgetrain profile`.
+`edgetrain.device.power_mode`, or asked of the node agent by a pod that may not write them;
+this module is imported only by `edgetrain profile`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +21,7 @@ from edgetrain.api.errors import BadInputError
 from edgetrain.api.io import write_text_atomic
 from edgetrain.api.profile import ProfilePoint
 from edgetrain.api.workload import WorkloadCost
+from edgetrain.device import DeviceError
 from edgetrain.device.power_mode import PowerModeWriter
 from edgetrain.device.sim import BOARDS
 from edgetrain.predictor.mlp import PredictionReport, TrainConfig, fit_predictor
@@ -76,11 +80,10 @@ def predicted_profile(
             simulated=session.simulated,
         )
     measured: dict[int, ProfilePoint] = {}
-    with PowerModeWriter(session.root, board) as modes:
+    with power_modes(session, board) as set_mode:
         for n, i in enumerate(order.tolist(), start=1):
             b, gpu, cpu, cores, emc = (int(v) for v in rows[i])
-            modes.apply(cores, cpu, emc)
-            modes.wait_applied(cores, cpu, emc)
+            set_mode(cores, cpu, emc)
             point = measure(b, gpu).model_copy(
                 update={"cpu_freq_hz": cpu, "cpu_cores": cores, "emc_freq_hz": emc}
             )
@@ -109,6 +112,41 @@ def predicted_profile(
     grid = space.grid()
     points = profile_points(grid, predictor.predict(grid), measured)
     return PredictedProfile(points, len(measured), space.size, report)
+
+
+@contextlib.contextmanager
+def power_modes(session: DeviceSession, board: str) -> Iterator[Callable[[int, int, int], None]]:
+    """Sets a power mode and waits until the device reads it: written here, and the board's mode
+    put back at the end; or, where the pod asks the node agent (its /sys read-only), asked of
+    the agent, which restores the board's mode when the pod lets go."""
+    if session.mode_request is None:
+        with PowerModeWriter(session.root, board) as modes:
+            def write(cores: int, cpu: int, emc: int) -> None:
+                modes.apply(cores, cpu, emc)
+                modes.wait_applied(cores, cpu, emc)
+
+            yield write
+        return
+    ask, reader = session.mode_request, PowerModeWriter(session.root, board)
+
+    def by_agent(cores: int, cpu: int, emc: int) -> None:
+        ask((cores, cpu, emc))
+        deadline = time.monotonic() + session.clock_timeout_s
+        while reader.read() != (cores, cpu, emc):
+            if time.monotonic() >= deadline:
+                raise DeviceError(
+                    f"asked the node agent for power mode {cores} cores, CPU {cpu} Hz, EMC"
+                    f" {emc} Hz, but the device reads {reader.read()} after"
+                    f" {session.clock_timeout_s:g} s: does the chart's agent have"
+                    f" agent.boards.{board}.powerModes=true (see the pod's PowerModeFailed"
+                    " Event)?")
+            time.sleep(0.05)
+        reader.wait_applied(cores, cpu, emc)  # a twin's model takes it on its next tick
+
+    try:
+        yield by_agent
+    finally:
+        ask(None)
 
 
 def reference_workload_cost(model: str) -> WorkloadCost:

@@ -345,11 +345,11 @@ def test_no_container_runs_a_shell_and_names_stay_one_argument() -> None:
 
 def test_profile_pods_ask_the_agent_for_clocks_where_the_setting_says() -> None:
     """PROFILE_CLOCKS_BY_AGENT: the profile command asks the node agent (naming its pod) for
-    every strategy but predicted, which also sets CPU and EMC clocks itself."""
+    every strategy (predicted asks for its power modes too)."""
     by_agent = load_settings({"EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true"})
     for settings, strategy, asks in ((load_settings({}), "frontier", False),
                                      (by_agent, "frontier", True), (by_agent, "full", True),
-                                     (by_agent, "predicted", False)):
+                                     (by_agent, "predicted", True)):
         body = SPEC.model_dump(by_alias=True, exclude_none=True)
         spec = PowerAwareTrainingJobSpec.model_validate(
             {**body, "strategy": {**body.get("strategy", {}), "profiling": strategy}})

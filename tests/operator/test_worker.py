@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ
+from edgetrain.api.keys import ANNOTATION_GPU_FREQUENCY_HZ, POWER_MODE_ANNOTATIONS
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.device import DeviceError
 from edgetrain.kube import KubeApiError
@@ -23,6 +23,7 @@ from edgetrain.operator.worker import (
     RESULT_KEY,
     add_to_configmap,
     agent_clock_request,
+    agent_mode_request,
     carry_weights,
     run_worker,
 )
@@ -282,9 +283,19 @@ def test_clock_requests_annotate_the_pod_itself(kube: KubeClient, namespace: str
     request(None)
     assert ANNOTATION_GPU_FREQUENCY_HZ not in (kube.get(path)["metadata"].get("annotations")
                                                or {})
+    # A power mode (predicted profiling) is the agent's three mode annotations, all or none.
+    modes = agent_mode_request(kube, namespace, "profiler")
+    modes((4, 1_479_000_000, 1_600_000_000))
+    ann = kube.get(path)["metadata"]["annotations"]
+    assert [ann[k] for k in POWER_MODE_ANNOTATIONS] == ["4", "1479000000", "1600000000"]
+    modes(None)
+    assert not set(POWER_MODE_ANNOTATIONS) & set(kube.get(path)["metadata"].get("annotations")
+                                                  or {})
     # A request that cannot be made says what the pod needs (the profile exits 2 with it).
     with pytest.raises(DeviceError, match=r"on pod .*/gone: .*404.*needs patch on pods"):
         agent_clock_request(kube, namespace, "gone")(307_200_000)
+    with pytest.raises(DeviceError, match=r"power mode .* on pod .*/gone: .*404"):
+        agent_mode_request(kube, namespace, "gone")((2, 921_600_000, 1_600_000_000))
 
 
 def _children(pid: int) -> list[int]:
