@@ -80,7 +80,7 @@ def predicted_profile(
             simulated=session.simulated,
         )
     measured: dict[int, ProfilePoint] = {}
-    with _power_modes(session, board) as set_mode:
+    with power_modes(session, board) as set_mode:
         for n, i in enumerate(order.tolist(), start=1):
             b, gpu, cpu, cores, emc = (int(v) for v in rows[i])
             set_mode(cores, cpu, emc)
@@ -115,7 +115,7 @@ def predicted_profile(
 
 
 @contextlib.contextmanager
-def _power_modes(session: DeviceSession, board: str) -> Iterator[Callable[[int, int, int], None]]:
+def power_modes(session: DeviceSession, board: str) -> Iterator[Callable[[int, int, int], None]]:
     """Sets a power mode and waits until the device reads it: written here, and the board's mode
     put back at the end; or, where the pod asks the node agent (its /sys read-only), asked of
     the agent, which restores the board's mode when the pod lets go."""

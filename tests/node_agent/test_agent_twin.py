@@ -269,6 +269,44 @@ def test_power_mode_is_set_held_across_a_restart_and_restored(
                is None, 10, "original power mode restored and the state cleared")
 
 
+def test_a_predicted_profile_asks_the_agent_for_each_power_mode(
+    kube: KubeClient, namespace: str, nano: Any, agent: AgentProcess
+) -> None:
+    """A restricted profile pod of the `predicted` strategy cannot write CPU and EMC controls:
+    it asks the agent for each power mode with its GPU clock (annotations on its own pod, as
+    `edgetrain profile --clock-by-agent` does) and reads each back; letting go restores the
+    board's mode."""
+    from edgetrain.device.sim import read_state
+    from edgetrain.operator.worker import agent_clock_request, agent_mode_request
+    from edgetrain.workloads.device_session import DeviceSession
+    from edgetrain.workloads.profile_predicted import power_modes
+
+    root: Path = nano.host_root
+
+    def mode() -> tuple[int, int, int]:
+        st = read_state(root)
+        assert st is not None
+        return (st.cpu_cores, st.cpu_freq_hz, st.emc_freq_hz)
+
+    original = mode()
+    agent.start()
+    create(kube, namespace, sleeper_pod("profiler", NODE, 120))
+    session = DeviceSession(root, clock_request=agent_clock_request(kube, namespace, "profiler"),
+                            mode_request=agent_mode_request(kube, namespace, "profiler"),
+                            clock_timeout_s=20)
+    modes = [(2, 921_600_000, 1_600_000_000), (1, 710_400_000, 1_600_000_000)]
+    assert original not in modes
+    with session, power_modes(session, "jetson-nano") as set_mode:
+        for wanted in modes:
+            set_mode(*wanted)
+            assert mode() == wanted
+            session.pin(460_800_000)  # as each point's measurement pins its clock
+            assert rng(root) == (460_800_000, 460_800_000) and mode() == wanted
+    wait_until(lambda: mode() == original, 10, "the board's power mode restored")
+    meta = kube.get(api_path("v1", "pods", namespace, "profiler"))["metadata"]
+    assert not {k for k in meta.get("annotations") or {} if k.startswith("edgetrain.io/")}, meta
+
+
 def test_a_pods_whole_setting_is_written_before_it_is_reported(
     cluster: LocalCluster, kube: KubeClient, namespace: str, nano: Nano, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

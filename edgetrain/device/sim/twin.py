@@ -278,7 +278,12 @@ class DeviceTwin:
         s, r = self.spec, self.root
         cpu = r / "sys/devices/system/cpu"
         cpu.mkdir(parents=True, exist_ok=True)
-        (cpu / "online").write_text(f"0-{s.cpu_cores - 1}\n")
+        # The CPU lists a Jetson has (torch's cpuinfo fails without `possible` and `present`
+        # when a container sees this directory in place of its host's).
+        for name in ("online", "possible", "present"):
+            (cpu / name).write_text(f"0-{s.cpu_cores - 1}\n")
+        (cpu / "offline").write_text("\n")
+        (cpu / "kernel_max").write_text(f"{s.cpu_cores - 1}\n")
         khz = sorted(f // 1000 for f in s.cpu_freqs_hz)
         for i in range(s.cpu_cores):
             (cpu / f"cpu{i}/cpufreq").mkdir(parents=True, exist_ok=True)
