@@ -368,7 +368,10 @@ def decisions(track: JobTrack, published: dict[str, float]) -> dict[str, float |
             if ready > eff:  # else the efficiency decision already had every profile
                 decide("profiles", ready, track.train_jobs, AFTER_PROFILES)
     if track.train_done is not None:
-        decide("training", track.train_done, [], FINAL)
+        # The operator goes final only after it read the training Job complete, so a final
+        # phase the bench saw first is the skew of its two watch streams: decided at once.
+        final = [t for p, t in track.phase_seen.items() if p in FINAL]
+        out["training"] = max(0.0, min(final) - track.train_done) if final else None
     return out
 
 

@@ -15,6 +15,7 @@ import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PAUSE_IMAGE = "localhost/edgetrain/pause:3.10"
 PLATFORM = "linux/amd64"
@@ -121,19 +122,25 @@ def _podman(cmd: Sequence[str]) -> str:
     return res.stdout
 
 
+def member_digest(listed: dict[str, Any], platform: str) -> str | None:
+    """The digest of a manifest list's (`podman manifest inspect`) member for `platform`."""
+    os_name, arch = platform.split("/")
+    for member in listed.get("manifests", []):
+        plat = member.get("platform", {})
+        if plat.get("os") == os_name and plat.get("architecture") == arch:
+            return str(member["digest"])
+    return None
+
+
 def platform_image_tag(ref: str, platform: str = PLATFORM) -> str | None:
     """A tag of the image a node of `platform` runs for `ref`: `ref` itself, or a tag of its
     manifest list's member for `platform`; None where that member has no tag."""
     if not _is_manifest_list(ref):
         return ref
-    os_name, arch = platform.split("/")
-    listed = json.loads(_podman(["podman", "manifest", "inspect", ref]))
-    digests = [m["digest"] for m in listed.get("manifests", [])
-               if m.get("platform", {}).get("os") == os_name
-               and m.get("platform", {}).get("architecture") == arch]
-    if not digests:
+    digest = member_digest(json.loads(_podman(["podman", "manifest", "inspect", ref])), platform)
+    if digest is None:
         raise RuntimeError(f"{ref} lists no {platform} image")
-    member = f"{ref.rsplit(':', 1)[0]}@{digests[0]}"
+    member = f"{ref.rsplit(':', 1)[0]}@{digest}"
     res = subprocess.run(["podman", "image", "inspect", "--format", "{{json .RepoTags}}", member],
                          capture_output=True, text=True, check=False)
     tags = json.loads(res.stdout or "null") if res.returncode == 0 else None

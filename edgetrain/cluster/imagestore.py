@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -21,7 +22,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edgetrain.cluster import binaries
-from edgetrain.cluster.images import REGISTRIES, ImageExports, ImportResult, podman_ref
+from edgetrain.cluster.images import (
+    REGISTRIES,
+    ImageExports,
+    ImportResult,
+    member_digest,
+    podman_ref,
+)
 
 STORE_FORMAT = 1
 # Files containerd writes in place: each seeded node gets copies, never links (a write through
@@ -57,16 +64,12 @@ def source_digest(ref: str, platform: str) -> str:
     """What podman holds for `ref` on `platform`: its list's member digest, or the image's ID."""
     listed = _podman_json(["manifest", "inspect", ref])
     if isinstance(listed, dict):
-        os_name, arch = platform.split("/")
-        for member in listed.get("manifests", []):
-            plat = member.get("platform", {})
-            if plat.get("os") == os_name and plat.get("architecture") == arch:
-                return str(member["digest"])
-        return "no-member"
+        return member_digest(listed, platform) or "no-member"
     found = _podman_json(["image", "inspect", "--format", "json", ref])
     return str(found[0]["Id"]) if isinstance(found, list) and found else "unknown"
 
 
+@functools.cache  # asked once per node seeded; the binary does not change under a process
 def _containerd_version() -> str:
     res = subprocess.run([str(binaries.bin_dir() / "containerd"), "--version"],
                          capture_output=True, text=True, check=False)

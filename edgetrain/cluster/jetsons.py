@@ -122,10 +122,10 @@ class JetsonFleet:
         if jetsons:
             self._start_twins(jetsons, timeout_s)
         pki = Pki(self.pki_dir or self.run_dir / "pki")
-        wanted = [((node_images or {}).get(spec.name, server_images), f"linux/{_host_arch()}")
+        by_node = node_images or {}
+        wanted = [(by_node.get(spec.name, server_images), f"linux/{_host_arch()}")
                   if spec.profile.kind == "server" else
-                  ((node_images or {}).get(spec.name, images), f"linux/{self.arch}")
-                  for spec in specs]
+                  (by_node.get(spec.name, images), f"linux/{self.arch}") for spec in specs]
         results: dict[str, ImportResult] = {}
         seeded: list[bool] = []
         images_s = 0.0

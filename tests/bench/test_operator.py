@@ -134,6 +134,11 @@ def test_the_estimate_phase_ends_with_its_last_part() -> None:
         (JobTrack(created=0.0, phase_seen={"EstimatingEfficiency": 1.0}, efficiency_cm="e",
                   estimate_jobs=[0.3]),
          {"e": 4.0}, {"start": 0.3, "efficiency": None}),
+        # The job's final phase delivered before its training Job's completion (two watch
+        # streams): the operator cannot go final first, so it decided at once, not never.
+        (JobTrack(created=0.0, phase_seen={"Training": 12.0, "Succeeded": 20.0},
+                  efficiency_cm="e", estimate_jobs=[0.2], train_jobs=[11.0], train_done=20.4),
+         {"e": 10.0}, {"start": 0.2, "efficiency": 1.0, "training": 0.0}),
         # Never created: nothing to measure.
         (JobTrack(), {}, {}),
     ],

@@ -37,9 +37,15 @@ class _Ramp:
 def test_summarize_trapezoid_energy() -> None:
     samples = [PowerSample(timestamp_s=t, power_w=p) for t, p in [(0, 1), (1, 3), (2, 3), (4, 1)]]
     stats = summarize(samples)
-    assert stats.peak_power_w == 3 and stats.mean_power_w == 2
+    assert stats.peak_power_w == 3
     assert stats.energy_j == pytest.approx(2 + 3 + 4)
     assert stats.duration_s == 4
+    assert stats.mean_power_w == pytest.approx(9 / 4)  # the energy over the window
+    # Samples bunched in a busy second (a delayed sampler thread) weigh by the time they hold:
+    # a plain average would read 12/5 = 2.4 W.
+    bunched = summarize([PowerSample(timestamp_s=t, power_w=p)
+                         for t, p in [(0, 4), (0.01, 4), (0.02, 4), (1, 0), (2, 0)]])
+    assert bunched.mean_power_w == pytest.approx((0.02 * 4 + 0.98 * 2) / 2)
     with pytest.raises(ValueError, match="no power samples"):
         summarize([])
 

@@ -78,6 +78,15 @@ def rng(root: Path) -> tuple[int, int]:
     return (r.min_freq_hz, r.max_freq_hz)
 
 
+def twin_mode(root: Path) -> tuple[int, int, int]:
+    """The twin's power mode as its model reads it: (CPU cores, CPU clock Hz, EMC Hz)."""
+    from edgetrain.device.sim import read_state
+
+    st = read_state(root)
+    assert st is not None
+    return (st.cpu_cores, st.cpu_freq_hz, st.emc_freq_hz)
+
+
 def create(kube: KubeClient, ns: str, pod: dict[str, Any]) -> None:
     kube.create(api_path("v1", "pods", ns), pod)
 
@@ -233,14 +242,11 @@ def test_power_mode_is_set_held_across_a_restart_and_restored(
     """A training pod planned on a full power mode: the agent sets CPU cores, CPU cap and EMC
     on the twin with the GPU pin, and puts the originals back, also after a crash."""
     from edgetrain.api.keys import POWER_MODE_ANNOTATIONS
-    from edgetrain.device.sim import read_state
 
     root: Path = nano.host_root
 
     def mode() -> tuple[int, int, int]:
-        st = read_state(root)
-        assert st is not None
-        return (st.cpu_cores, st.cpu_freq_hz, st.emc_freq_hz)
+        return twin_mode(root)
 
     original = mode()
     wanted = (2, 921_600_000, 1_600_000_000)  # near the Nano's 5 W preset, on its tables
@@ -276,7 +282,6 @@ def test_a_predicted_profile_asks_the_agent_for_each_power_mode(
     it asks the agent for each power mode with its GPU clock (annotations on its own pod, as
     `edgetrain profile --clock-by-agent` does) and reads each back; letting go restores the
     board's mode."""
-    from edgetrain.device.sim import read_state
     from edgetrain.operator.worker import agent_clock_request, agent_mode_request
     from edgetrain.workloads.device_session import DeviceSession
     from edgetrain.workloads.profile_predicted import power_modes
@@ -284,9 +289,7 @@ def test_a_predicted_profile_asks_the_agent_for_each_power_mode(
     root: Path = nano.host_root
 
     def mode() -> tuple[int, int, int]:
-        st = read_state(root)
-        assert st is not None
-        return (st.cpu_cores, st.cpu_freq_hz, st.emc_freq_hz)
+        return twin_mode(root)
 
     original = mode()
     agent.start()
