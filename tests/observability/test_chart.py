@@ -22,7 +22,13 @@ from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, 
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import BOARDS
-from tests.cluster.fixtures import CHECKPOINT_CLAIM, NANO, SERVER_NAMES, hostpath_claim
+from tests.cluster.fixtures import (
+    CHECKPOINT_CLAIM,
+    FLEET_CHART_SETS,
+    NANO,
+    SERVER_NAMES,
+    hostpath_claim,
+)
 from tests.cluster.realnodes import RealCluster
 from tests.helpers import http_get, pod_log
 from tests.node_agent.helpers import events, sleeper_pod, wait_until
@@ -387,7 +393,8 @@ def chart_nodes(fleet: RealCluster) -> tuple[str, ...]:
     come with `trainer_images`); the chart values that place the operator there."""
     fleet.need([OPERATOR_NODE], ("operator",), "linux/amd64")
     return ("--set-json",
-            f'operator.nodeSelector={{"kubernetes.io/hostname":"{OPERATOR_NODE}"}}')
+            f'operator.nodeSelector={{"kubernetes.io/hostname":"{OPERATOR_NODE}"}}',
+            *FLEET_CHART_SETS)
 
 
 @pytest.fixture
@@ -567,15 +574,18 @@ def test_schema_rejects_an_image_that_cannot_be_pulled() -> None:
 def test_a_node_selector_matching_no_node_fails_the_install(
         cluster: LocalCluster, real_fleet: RealCluster, namespace: str) -> None:
     out = helm("install", "nomatch", str(CHART), "-n", namespace, "--dry-run=server",
+               *FLEET_CHART_SETS,
                "--set-json", 'agent.nodeSelector={"edgetrain.io/device-model":"jetson-nanoo"}',
                kubeconfig=cluster.kubeconfig, check=False)
     assert out.returncode != 0
     assert re.search(r'agent.nodeSelector \{[^}]*"jetson-nanoo"[^}]*\} matches no Node',
                      out.stderr), out.stderr
     ok = helm("install", "match", str(CHART), "-n", namespace, "--dry-run=server",
+              *FLEET_CHART_SETS,
               kubeconfig=cluster.kubeconfig, check=False)
     assert ok.returncode == 0, ok.stderr
     later = helm("install", "later", str(CHART), "-n", namespace, "--dry-run=server",
+                 *FLEET_CHART_SETS,
                  "--set-json", 'agent.nodeSelector={"edgetrain.io/device-model":"jetson-agx"}',
                  "--set", "checkNodeSelectors=false",  # the Jetsons join after the install
                  kubeconfig=cluster.kubeconfig, check=False)
@@ -590,6 +600,7 @@ def test_worker_namespaces_by_label_at_install(
     kube.patch(api_path("v1", "namespaces", name=namespace),
                {"metadata": {"labels": {"edgetrain.io/workers": "enabled"}}}, "merge")
     out = helm("install", "bylabel", str(CHART), "-n", namespace, "--dry-run=server",
+               *FLEET_CHART_SETS,
                "--set-json", 'worker.namespaceSelector={"edgetrain.io/workers":"enabled"}',
                kubeconfig=cluster.kubeconfig)
     manifest = out.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
