@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from edgetrain.api.keys import LABEL_EMULATED_ARCH
 from edgetrain.cluster import KubeClient, api_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,10 @@ def _run(script: str, env: dict[str, str], timeout_s: float) -> subprocess.Compl
 
 
 def _ours(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in labels.items() if k.startswith("edgetrain.io/")}
+    """edgetrain's labels; not the emulated-arch label, which is the local fleet's QEMU, not
+    the product's (a Jetson runs arm64 natively)."""
+    return {k: v for k, v in labels.items()
+            if k.startswith("edgetrain.io/") and k != LABEL_EMULATED_ARCH}
 
 
 @pytest.mark.slow

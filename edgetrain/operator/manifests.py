@@ -208,6 +208,9 @@ def _container(name: str, image: str, args: list[str], env: list[Obj]) -> Obj:
 
 def _pod_spec(settings: OperatorSettings, container: Obj, restart: str, *,
               read_only_root: bool = True, device_group: bool = False, **extra: Any) -> Obj:
+    if settings.worker_threads is not None:  # torch reads it, and so does `torch_threads`
+        container["env"].append({"name": "OMP_NUM_THREADS",
+                                 "value": str(settings.worker_threads)})
     return restrict({
         "serviceAccountName": settings.worker_service_account,
         "restartPolicy": restart,

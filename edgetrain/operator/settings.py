@@ -175,6 +175,13 @@ class OperatorSettings(BaseModel):
         " container runtime); none: the node's default runtime",
     )
 
+    worker_threads: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="OMP_NUM_THREADS of the estimate, profile and train pods (the workload's"
+        " intra-op threads); none: the cores the pod may use, at most 4. 1 where a node runs"
+        " several workloads on few cores: OpenMP's spinning threads then starve each other",
+    )
+
     @model_validator(mode="after")
     def _lease_timing_order(self) -> OperatorSettings:
         # The holder must stop before a standby may take over, with room for one retry.
@@ -220,6 +227,7 @@ def _parse(name: str, text: str) -> Any:
         "jetson_runtime_class",
         "leader_election_namespace",
         "decision_log",
+        "worker_threads",
     ):
         return None
     return text

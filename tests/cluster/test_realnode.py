@@ -1,6 +1,7 @@
 """A real server node in `edgetrain cluster up`: a kubelet with containerd and runc that runs
-pods from locally imported images, next to a virtual Jetson; `cluster down` leaves nothing
-behind. Only one kubelet can run on a host (hard-coded host paths): one cluster per module."""
+pods from locally imported images, next to a namespaced Jetson node; `cluster down` leaves
+nothing behind. Only one kubelet runs in the host's namespaces (hard-coded host paths): one
+cluster per module."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from edgetrain.kube import node_ready
 from tests.helpers import project_image_up_to_date, skip_here_fail_in_ci
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+NANO_ARGS = ("--jetson", "nano=1", "--jetson-arch", "amd64", "--jetson-images", "")
 
 
 def _edgetrain(*args: str, timeout_s: float = 400) -> subprocess.CompletedProcess[str]:
@@ -36,11 +38,11 @@ def require_real_node() -> None:
 
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """`cluster up` with a virtual Nano and a real server node; (run dir, up's stdout)."""
+    """`cluster up` with a namespaced Nano (native, no images: nothing runs on it here) and
+    the server node in the host's namespaces; (run dir, up's stdout)."""
     require_real_node()
     run_dir = tmp_path_factory.mktemp("real") / "c"
-    up = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
-                    "--jetson", "nano=1", "--server", "1", "--images", "",
+    up = _edgetrain("cluster", "up", *NANO_ARGS, "--server", "1", "--images", "",
                     "--dir", str(run_dir))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -76,7 +78,7 @@ def test_server_node_is_a_kubelet_with_containerd(real_cluster: tuple[Path, str]
     rows = {line.split()[1]: line for line in status.stdout.splitlines()
             if line.startswith("│ ") and len(line.split()) > 2}
     assert "containerd://2." in rows[REAL_SERVER_NAME]
-    assert "edgetrain-vnode://" in rows["vnode-jetson-nano-0"]
+    assert "containerd://2." in rows["jetson-nano-0"]
     assert "kubelet" in status.stdout and "containerd" in status.stdout
     assert f"real node {REAL_SERVER_NAME} (containerd://" in up_out
 
@@ -163,25 +165,27 @@ def test_an_image_for_one_node_is_streamed_one_for_several_exported_once(
     real_kube.delete_ignore_missing(api_path("v1", "namespaces", name=ns))
 
 
-def test_up_again_reuses_the_node_and_a_second_cluster_gets_a_virtual_server(
+def test_up_again_reuses_the_node_and_a_second_cluster_gets_a_namespaced_server(
         real_cluster: tuple[Path, str], tmp_path: Path) -> None:
     run_dir, _ = real_cluster
     before = json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"]
-    again = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
-                       "--jetson", "nano=1", "--server", "1", "--images", "",
+    again = _edgetrain("cluster", "up", *NANO_ARGS, "--server", "1", "--images", "",
                        "--dir", str(run_dir))
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((run_dir / STATE_FILE).read_text())["pids"]["kubelet"]["pid"] == before
-    # One kubelet per host: a second cluster says why in one line and stays virtual.
+    # One kubelet in the host's namespaces: a second cluster says why in one line and gets
+    # its server in namespaces of its own.
     other = tmp_path / "o"
-    second = _edgetrain("cluster", "up", "--jetson-runtime", "virtual",
-                        "--jetson", "", "--server", "1", "--dir", str(other))
+    second = _edgetrain("cluster", "up", "--jetson", "", "--server", "1", "--images", "",
+                        "--dir", str(other))
     try:
         assert second.returncode == 0, second.stdout + second.stderr
-        assert ("server node virtual: this host cannot run a kubelet: another cluster's real "
-                "node runs on this host") in " ".join(second.stdout.split()), second.stdout
-        assert "vnode-gpu-server-0" in second.stdout
+        assert (f"{REAL_SERVER_NAME} namespaced: another cluster's real node runs on this "
+                "host") in " ".join(second.stdout.split()), second.stdout
         assert not (other / STATE_FILE).exists()
+        with KubeClient.from_kubeconfig(other / "kubeconfig") as kube:
+            node = kube.get(api_path("v1", "nodes", name=REAL_SERVER_NAME))
+        assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
     finally:
         _edgetrain("cluster", "down", "--dir", str(other))
 

@@ -22,6 +22,7 @@ from edgetrain.cluster import KubeApiError, KubeClient, LocalCluster, api_path, 
 from edgetrain.cluster.controlplane import free_ports
 from edgetrain.device import GpuDevfreq
 from edgetrain.device.sim import BOARDS
+from edgetrain.operator.settings import load_settings
 from tests.cluster.fixtures import (
     CHECKPOINT_CLAIM,
     FLEET_CHART_SETS,
@@ -96,6 +97,8 @@ def test_the_detect_step_runs_on_every_arm64_node_with_least_privilege() -> None
     assert volumes["firmware"]["hostPath"] == {"path": "/sys/firmware", "type": "Directory"}
     (idle,) = pod["containers"]
     assert idle["command"] == ["sleep", "infinity"]
+    # `sleep` as PID 1 ignores SIGTERM: a long grace would hold every uninstall 30 s per node.
+    assert pod["terminationGracePeriodSeconds"] <= 2
     for c in (init, idle):
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -349,7 +352,7 @@ def test_schema_rejects_bad_values() -> None:
     assert out.returncode != 0 and "estimateParallelism" in out.stderr
 
 
-def test_estimate_parallelism_reaches_the_operator() -> None:
+def test_estimate_parallelism_and_worker_threads_reach_the_operator() -> None:
     def env(*sets: str) -> dict[str, str]:
         dep = next(d for d in render(*sets) if d["kind"] == "Deployment")
         return {e["name"]: e.get("value") for e in
@@ -358,6 +361,11 @@ def test_estimate_parallelism_reaches_the_operator() -> None:
     key = "EDGETRAIN_OPERATOR_ESTIMATE_PARALLELISM"
     assert env()[key] == "8"
     assert env("operator.settings.estimateParallelism=2")[key] == "2"
+    # The workloads' threads: unset by default (each pod's cores), a number where asked.
+    threads = "EDGETRAIN_OPERATOR_WORKER_THREADS"
+    assert load_settings({threads: env()[threads]}).worker_threads is None
+    assert load_settings({threads: env("operator.settings.workerThreads=1")[threads]}
+                         ).worker_threads == 1
 
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -117,6 +118,9 @@ def _installed(cluster: LocalCluster, kube: KubeClient, namespace: str, jobs: st
          "--set-json", "operator.settings.pollIntervalSeconds=1",
          "--set-json", "operator.settings.retryBackoffSeconds=1",
          "--set-json", "operator.settings.progressIntervalSeconds=0.5",
+         # The suite's threads per PyTorch process in the workload pods (the Makefile's 1).
+         "--set-json", "operator.settings.workerThreads="
+         + os.environ.get("OMP_NUM_THREADS", "null"),
          "--set-json", 'operator.extraEnv=[{"name":"EDGETRAIN_OPERATOR_PROFILE_MIN_WINDOW_S",'
                        '"value":"0.3"},{"name":"EDGETRAIN_OPERATOR_PROFILE_STABILIZE_WINDOW_S",'
                        '"value":"0.3"}]',

@@ -170,6 +170,9 @@ def operator(
         # A restricted pod's /sys is read-only on a real node: profile pods ask the node
         # agent for each clock (`chart_agents` runs the chart's agents), as the chart sets it.
         "EDGETRAIN_OPERATOR_PROFILE_CLOCKS_BY_AGENT": "true",
+        # The suite's threads per PyTorch process (the Makefile's OMP_NUM_THREADS=1) in the
+        # workload pods too: several run at once on the nodes, which share this host's cores.
+        "EDGETRAIN_OPERATOR_WORKER_THREADS": os.environ.get("OMP_NUM_THREADS", "none"),
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -297,6 +297,21 @@ def test_jetson_pods_get_the_runtime_class_when_set() -> None:
     assert "runtimeClassName" not in default["spec"]["template"]["spec"]
 
 
+def test_worker_threads_reach_every_workload_pod_when_set() -> None:
+    def threads(env: dict[str, str]) -> list[str | None]:
+        settings = load_settings(env)
+        objs = (mf.profile_daemonset(PATJ, SPEC, settings, device_model="jetson-nano",
+                                     node="n1", l4t=None, key="pk"),
+                mf.train_job(PATJ, SPEC, settings, node="n1", batch_size=16,
+                             gpu_frequency_hz=614400000, attempt=0, ckpt_dir="/c"),
+                em.estimate_job(PATJ, SPEC, settings, key="k", attempt=0))
+        return [next((e["value"] for e in o["spec"]["template"]["spec"]["containers"][0]["env"]
+                      if e["name"] == "OMP_NUM_THREADS"), None) for o in objs]
+
+    assert threads({"EDGETRAIN_OPERATOR_WORKER_THREADS": "1"}) == ["1", "1", "1"]
+    assert threads({}) == threads({"EDGETRAIN_OPERATOR_WORKER_THREADS": "none"}) == [None] * 3
+
+
 def test_pretrain_in_the_worker_uses_the_jobs_compute_choice() -> None:
     import json
 
