@@ -74,8 +74,8 @@ lint: setup
 # Two workers: most cluster tests wait on the API server or on a twin, so a second process
 # overlaps the waits (docs/architecture.md, "Tests", has the groups and the timings).
 TEST_WORKERS ?= 2
-# One intra-op thread per PyTorch process (the workloads and the virtual nodes' pods honour
-# OMP_NUM_THREADS): the suite runs several at once on 2 cores, where OpenMP's spinning threads
+# One intra-op thread per PyTorch process that pytest starts (the workloads honour
+# OMP_NUM_THREADS; the real nodes' pods do not inherit it): the suite runs several at once on 2 cores, where OpenMP's spinning threads
 # made three concurrent trainings 12 times slower (253 s against 21 s; docs/architecture.md).
 TEST_TORCH_THREADS ?= 1
 # The fault suite (docs/faults.md) runs on a fleet of real kubelets, arm64 under QEMU: 15 min
