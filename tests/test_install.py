@@ -49,14 +49,30 @@ def test_every_fleet_only_block_says_where_it_runs() -> None:
         "bash", "sh", ""}
 
 
+# The guide's images come from the fleet's registry (`image.registry`), the estimator with
+# CUDA and the trainer on JetPack. This fleet has no registry and no GPU: its nodes hold the
+# CPU variants `cluster up` put there, and the chart is told so, as a user would be.
+LOCAL_IMAGES = """images:
+  estimator: {repository: estimator-cpu}
+  trainer: {repository: trainer-cpu}
+"""
+
+
 def _shim(bin_dir: Path) -> dict[str, str]:
     """PATH with this checkout's `edgetrain` (a user's `pip install -e .`) before the
-    virtualenv's kubectl and helm."""
+    virtualenv's kubectl and helm; `helm install|upgrade` get the local images' values."""
     bin_dir.mkdir(parents=True)
-    shim = bin_dir / "edgetrain"
-    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m edgetrain "$@"\n')
-    shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     venv_bin = Path(sys.executable).parent
+    (bin_dir / "local-images.yaml").write_text(LOCAL_IMAGES)
+    scripts = {
+        "edgetrain": f'exec {sys.executable} -m edgetrain "$@"',
+        "helm": f'case "$1" in install|upgrade) set -- "$@" -f {bin_dir}/local-images.yaml;;'
+                f' esac\nexec {venv_bin}/helm "$@"',
+    }
+    for name, body in scripts.items():
+        shim = bin_dir / name
+        shim.write_text(f"#!/bin/sh\n{body}\n")
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return {"PATH": f"{bin_dir}:{venv_bin}:{os.environ['PATH']}"}
 
 
@@ -86,7 +102,7 @@ def test_install_guide_runs_on_bare_nodes() -> None:
     # README's test runs the server in the host's namespaces): the node agents and every job
     # pod run in their containers.
     up = _run("edgetrain cluster up --bare --no-real-server "
-              "--jetson nano=2,orin=1 --server 1",
+              "--jetson nano=2,orin=1 --server 1 --images operator,estimator-cpu",
               env, 900)
     assert up.returncode == 0, up.stdout + up.stderr
     outputs: list[str] = []
@@ -96,6 +112,10 @@ def test_install_guide_runs_on_bare_nodes() -> None:
             assert len(nodes) == 4 and all(
                 not _ours(n["metadata"].get("labels") or {}) for n in nodes), nodes
         for body in blocks("bash"):
+            # "Set server: and path: to your export": this host's kernel has no NFS client, so
+            # the export is the nodes' shared hostPath (the local example, same PV and claim).
+            body = body.replace("examples/checkpoint-storage.yaml",
+                                "examples/checkpoint-storage-local.yaml")
             out = _run(body, env, 1200)
             outputs.append(out.stdout)
             assert out.returncode == 0, (f"block:\n{body}\nstdout:\n{out.stdout}\nstderr:\n"
@@ -162,9 +182,9 @@ def _each_phase_ran_its_image(env: dict[str, str]) -> None:
         image = pod["spec"]["containers"][0]["image"]
         node = pod["spec"]["nodeName"]
         if phase == "estimate":
-            assert re.search(r"/estimator:", image) and arch[node] == "amd64", (image, node)
+            assert re.search(r"/estimator-cpu:", image) and arch[node] == "amd64", (image, node)
         elif phase in ("profile", "train"):
-            assert re.search(r"/trainer:", image) and arch[node] == "arm64", (image, node)
+            assert re.search(r"/trainer-cpu:", image) and arch[node] == "arm64", (image, node)
         seen.add(phase)
     assert {"estimate", "train"} <= seen, seen
 

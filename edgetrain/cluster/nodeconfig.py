@@ -16,9 +16,21 @@ KUBELET_PORT = 10250
 
 
 def containerd_toml(*, root: Path, state: Path, socket: Path, opt: Path, runc: str,
-                    runc_root: Path, cni_conf_dir: Path) -> str:
+                    runc_root: Path, cni_conf_dir: Path, nvidia: bool = False) -> str:
     """containerd 2.x: every path given, NRI off, the local pause image pinned, the CRI
-    settings this host kind needs."""
+    settings this host kind needs. `nvidia`: the same runtime also as handler `nvidia`, which
+    K3s registers on a Jetson (its NVIDIA container runtime) and pods reach through the
+    `nvidia` RuntimeClass; on a simulated Jetson that runtime already gives the twin."""
+    handlers = ("runc", "nvidia") if nvidia else ("runc",)
+    runtimes = "".join(f"""
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{h}]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{h}.options]
+  BinaryName = "{runc}"
+  Root = "{runc_root}"
+  SystemdCgroup = false
+""" for h in handlers)
     return f"""# Written by `edgetrain cluster up`: containerd of a real node of the cluster.
 # docs/cluster.md says why each setting is needed.
 version = 4
@@ -50,15 +62,7 @@ imports = []
   disable_apparmor = true
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-  BinaryName = "{runc}"
-  Root = "{runc_root}"
-  SystemdCgroup = false
-
+{runtimes}
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["{CNI_BIN_DIR}"]
   conf_dir = "{cni_conf_dir}"

@@ -282,6 +282,7 @@ class NsNode:
             root=Path("/var/lib/containerd"), state=Path("/run/containerd"),
             socket=Path(SOCKET), opt=Path("/var/lib/containerd/opt"), runc=runc,
             runc_root=Path("/run/containerd/runc"), cni_conf_dir=d / "cni" / "net.d",
+            nvidia=self.twin_root is not None,
         ).encode(), 0o644)
         write_atomic(d / "cni" / "net.d" / "10-edgetrain.conflist", json.dumps(cni_conflist(
             name=f"edgetrain-{self.addr.net.slot}-{self.addr.index}", bridge="cni0",
