@@ -320,6 +320,10 @@ def _fresh_stdio(unbuffered: bool) -> None:
 
 
 if __name__ == "__main__":
+    # The client pickles `tests.forkserver.Launch`: the package it names must import here as
+    # it does under pytest, which puts the checkout's root on sys.path (run as a script, only
+    # tests/ is there; PYTHONPATH is no help, the containers would inherit it).
+    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
     serve(sys.argv[1])
     # Its children have ended with it: nothing to free one object at a time, and a teardown
     # would report the frozen imports' extension objects as leaked.

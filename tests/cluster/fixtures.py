@@ -40,7 +40,7 @@ NANO, ORIN = "jetson-nano-0", "jetson-orin-nano-0"
 SERVER_NAMES = tuple(f"gpu-server-{i}" for i in range(SERVERS))
 JETSON_ARCH = os.environ.get("EDGETRAIN_TEST_JETSON_ARCH", "amd64")
 # The trainer for the Jetsons' architecture: arm64, the Jetson's CPU variant; amd64, the CPU
-# estimator, which carries the same entry points (7.6 GB: PyPI has no CPU-only x86-64 torch).
+# estimator, which carries the same entry points (5.1 GB: PyPI has no CPU-only x86-64 torch).
 TRAINER = {"arm64": "trainer-cpu", "amd64": "estimator-cpu"}[JETSON_ARCH]
 ESTIMATOR = "estimator-cpu"
 # The chart's agent selects arm64 nodes, as Jetsons are; amd64 test Jetsons are selected by

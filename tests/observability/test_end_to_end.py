@@ -147,7 +147,7 @@ def test_one_job_in_cluster_with_dashboards(
     prom, url = start_prometheus(kube, release["agent_namespace"], tmp_path)
     try:
         started_s = time.time()
-        # job_manifest's small budget: its pods run under QEMU on the Nano.
+        # job_manifest's small budget: its pods share the host's two cores with the fleet.
         kube.create(patj_path(ns), job_manifest("e2e"))
         try:
             obj = kube.wait_for(patj_path(ns, "e2e"),
