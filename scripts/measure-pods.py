@@ -1,7 +1,7 @@
-"""Measure the chart's operator and node-agent pods on a local cluster while a job runs: peak
-resident memory, CPU (mean over the run and peak over 5 s windows) and ephemeral storage (the
-pod's logs, emptyDirs and writable files on its virtual node), read from /proc and the pod
-directories of the virtual nodes. The figures behind the chart's requests and limits.
+"""Measure the chart's operator and node-agent pods while a job runs: peak memory (working set
+and RSS), CPU (mean over the run and peak over 5 s windows) and ephemeral storage, read from
+each kubelet's Summary API through the API server. The figures behind the chart's requests and
+limits; it works on any cluster whose kubelets serve `stats/summary` (K3s, kind, `cluster up`).
 
     .venv/bin/python scripts/measure-pods.py --job default/digits-5w [--interval 0.5]
 
@@ -13,76 +13,57 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from edgetrain.cluster import KubeClient, api_path
+from edgetrain.kube import KubeApiError
 
 PODS = ("edgetrain-operator", "edgetrain-node-agent")
-TICKS_S = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
 class Usage:
-    """What one pod used so far."""
+    """What one pod used so far, as its kubelet reports it."""
 
     pod: str
-    pod_dir: str
+    node: str
+    peak_working_set_bytes: int = 0
     peak_rss_bytes: int = 0
-    cpu_s: float = 0.0
+    peak_ephemeral_bytes: int = 0
     samples: list[tuple[float, float]] = field(default_factory=list)  # (time s, cpu s)
-    peak_disk_bytes: int = 0
 
 
-def pod_processes() -> dict[str, tuple[str, list[int]]]:
-    """Pod name -> (pod root, pids) for processes the virtual nodes run for the chart's pods."""
-    out: dict[str, tuple[str, list[int]]] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = dict(kv.split("=", 1) for kv in
-                       (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-                       if "=" in kv)
-        except OSError:
-            continue
-        name, root = env.get("HOSTNAME", ""), env.get("EDGETRAIN_POD_ROOT")
-        if root and name.startswith(PODS):
-            out.setdefault(name, (root, []))[1].append(int(proc.name))
-    return out
+def chart_pod_nodes(kube: KubeClient) -> set[str]:
+    """Nodes that run one of the chart's operator or node-agent pods now."""
+    pods = kube.get(api_path("v1", "pods"))["items"]
+    return {p["spec"]["nodeName"] for p in pods
+            if p["metadata"]["name"].startswith(PODS) and p["spec"].get("nodeName")}
 
 
-def rss_and_cpu(pids: list[int]) -> tuple[int, float]:
-    rss, cpu = 0, 0.0
-    for pid in pids:
-        try:
-            rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu += (int(stat[11]) + int(stat[12])) / TICKS_S  # utime + stime
-        except (OSError, IndexError, ValueError):
-            continue
-    return rss, cpu
+def pod_stats(kube: KubeClient, node: str) -> list[dict[str, Any]]:
+    """The node's pods in its kubelet's Summary API; none where the kubelet cannot answer."""
+    try:
+        summary = kube.get(f"/api/v1/nodes/{node}/proxy/stats/summary")
+    except KubeApiError as exc:  # a node lost mid-run is reported, not fatal
+        print(json.dumps({"node": node, "error": f"stats/summary: {exc}"}))
+        return []
+    return [p for p in summary.get("pods", []) if p["podRef"]["name"].startswith(PODS)]
 
 
-def disk_bytes(pod_dir: Path) -> int:
-    """Bytes under the pod's directory, not following links (hostPath volumes are links)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(pod_dir):
-        for name in files:
-            p = Path(dirpath) / name
-            if not p.is_symlink():
-                try:
-                    total += p.stat().st_blocks * 512
-                except OSError:
-                    pass
-    return total
+def peak_cpu_cores(samples: list[tuple[float, float]], window_s: float = 5.0) -> float:
+    """The highest mean CPU over any window of at least window_s between two samples."""
+    peak = 0.0
+    for i, (t, c) in enumerate(samples):
+        j = next((k for k in range(i, len(samples)) if samples[k][0] - t >= window_s), None)
+        if j is not None:
+            peak = max(peak, (samples[j][1] - c) / (samples[j][0] - t))
+    return peak
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--job", required=True, help="namespace/name of the PowerAwareTrainingJob")
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=900)
@@ -94,31 +75,36 @@ def main() -> None:
         path = api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", ns, name)
         phase = None
         while time.monotonic() - start < args.timeout:
-            for pod, (root, pids) in pod_processes().items():
-                u = usage.setdefault(pod, Usage(pod, str(Path(root).parent)))
-                rss, cpu = rss_and_cpu(pids)
-                u.peak_rss_bytes = max(u.peak_rss_bytes, rss)
-                u.cpu_s = cpu
-                u.samples.append((time.monotonic(), cpu))
-                u.peak_disk_bytes = max(u.peak_disk_bytes, disk_bytes(Path(u.pod_dir)))
+            for node in sorted(chart_pod_nodes(kube)):
+                for stats in pod_stats(kube, node):
+                    pod = stats["podRef"]["name"]
+                    u = usage.setdefault(pod, Usage(pod, node))
+                    mem, cpu = stats.get("memory") or {}, stats.get("cpu") or {}
+                    eph = stats.get("ephemeral-storage") or {}
+                    u.peak_working_set_bytes = max(u.peak_working_set_bytes,
+                                                   mem.get("workingSetBytes", 0))
+                    u.peak_rss_bytes = max(u.peak_rss_bytes, mem.get("rssBytes", 0))
+                    u.peak_ephemeral_bytes = max(u.peak_ephemeral_bytes, eph.get("usedBytes", 0))
+                    if "usageCoreNanoSeconds" in cpu:
+                        # The kubelet's stats refresh every few seconds: keep new readings only.
+                        reading = (time.monotonic(), cpu["usageCoreNanoSeconds"] / 1e9)
+                        if not u.samples or reading[1] != u.samples[-1][1]:
+                            u.samples.append(reading)
             obj = kube.get_or_none(path)
             phase = ((obj or {}).get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 break
             time.sleep(args.interval)
     for u in usage.values():
-        (t0, c0), (t1, c1) = u.samples[0], u.samples[-1]
-        peak = 0.0
-        for i, (t, c) in enumerate(u.samples):
-            j = next((k for k in range(i, len(u.samples)) if u.samples[k][0] - t >= 5.0), None)
-            if j is not None:
-                peak = max(peak, (u.samples[j][1] - c) / (u.samples[j][0] - t))
+        (t0, c0), (t1, c1) = (u.samples[0], u.samples[-1]) if u.samples else ((0, 0), (0, 0))
         print(json.dumps({
-            "pod": u.pod, "job_phase": phase, "seconds": round(t1 - t0, 1),
+            "pod": u.pod, "node": u.node, "job_phase": phase, "seconds": round(t1 - t0, 1),
+            "peak_working_set_mib": round(u.peak_working_set_bytes / 2**20, 1),
             "peak_rss_mib": round(u.peak_rss_bytes / 2**20, 1),
+            "cpu_s": round(c1, 1),
             "mean_cpu_cores": round((c1 - c0) / max(t1 - t0, 1e-9), 3),
-            "peak_cpu_cores_5s": round(peak, 3),
-            "peak_ephemeral_mib": round(u.peak_disk_bytes / 2**20, 2),
+            "peak_cpu_cores_5s": round(peak_cpu_cores(u.samples), 3),
+            "peak_ephemeral_mib": round(u.peak_ephemeral_bytes / 2**20, 2),
         }))
 
 

@@ -50,8 +50,11 @@ FIGURE1_POINTS = [
 # Tests that touch state one host has once: the real node's kubelet paths, interface and
 # containerd (one real node per host), and podman's image store, which the README block and
 # the image tests both rebuild. With `pytest -n` they share one worker, and start first: together
-# they are the longest group.
-HOST_STATE_TESTS = ("tests/test_readme.py", "tests/images/", "tests/cluster/test_realnode.py",
+# they are the longest group. The install guide's test joins them: its arm64 Jetsons run under
+# QEMU as the README block's do, and the two at once on 2 cores outlasted both their waits
+# (a fresh clone's `.ci/run`, 2026-11-28: the block's 15 min, the guide's 1,003 s).
+HOST_STATE_TESTS = ("tests/test_readme.py", "tests/test_install.py", "tests/images/",
+                    "tests/cluster/test_realnode.py",
                     "tests/cluster/test_jetson_real.py", "tests/cluster/test_servers_real.py",
                     "tests/cluster/test_imagestore.py")
 HOST_STATE_GROUP = "host-state"

@@ -202,6 +202,7 @@ def test_an_image_streamed_into_one_node_runs(real: RealCluster) -> None:
     """An image streamed into one node (no archive on disk): the operator's amd64 member, then
     a pod of it."""
     (node,) = real.fleet.nodes
+    project_image_up_to_date("operator")  # on a fresh host no other test may have built it yet
     real.import_images(node.name, ("operator",), "linux/amd64")
     assert not real.missing_images(), real.missing_images()
     pod = _pod("streamed", "Never")
