@@ -6,7 +6,8 @@ limits; it works on any cluster whose kubelets serve `stats/summary` (K3s, kind,
     .venv/bin/python scripts/measure-pods.py --job default/digits-5w [--interval 0.5]
 
 Start it after `helm install` (the README's cluster block) and before `kubectl apply`; it
-stops when the job is Succeeded or Failed and prints one JSON object per pod.
+stops when the job is Succeeded or Failed (without `--job`, after `--timeout`) and prints one
+JSON object per pod. `--prefix` names other pods (another release's, or a workload's).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from edgetrain.cluster import KubeClient, api_path
 from edgetrain.kube import KubeApiError
 
-PODS = ("edgetrain-operator", "edgetrain-node-agent")
+PODS = ("edgetrain-operator", "edgetrain-node-agent")  # the README release's
 
 
 @dataclass
@@ -35,21 +36,21 @@ class Usage:
     samples: list[tuple[float, float]] = field(default_factory=list)  # (time s, cpu s)
 
 
-def chart_pod_nodes(kube: KubeClient) -> set[str]:
-    """Nodes that run one of the chart's operator or node-agent pods now."""
+def pod_nodes(kube: KubeClient, prefixes: tuple[str, ...]) -> set[str]:
+    """Nodes that run a pod whose name starts with one of `prefixes` now."""
     pods = kube.get(api_path("v1", "pods"))["items"]
     return {p["spec"]["nodeName"] for p in pods
-            if p["metadata"]["name"].startswith(PODS) and p["spec"].get("nodeName")}
+            if p["metadata"]["name"].startswith(prefixes) and p["spec"].get("nodeName")}
 
 
-def pod_stats(kube: KubeClient, node: str) -> list[dict[str, Any]]:
+def pod_stats(kube: KubeClient, node: str, prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
     """The node's pods in its kubelet's Summary API; none where the kubelet cannot answer."""
     try:
         summary = kube.get(f"/api/v1/nodes/{node}/proxy/stats/summary")
     except KubeApiError as exc:  # a node lost mid-run is reported, not fatal
         print(json.dumps({"node": node, "error": f"stats/summary: {exc}"}))
         return []
-    return [p for p in summary.get("pods", []) if p["podRef"]["name"].startswith(PODS)]
+    return [p for p in summary.get("pods", []) if p["podRef"]["name"].startswith(prefixes)]
 
 
 def peak_cpu_cores(samples: list[tuple[float, float]], window_s: float = 5.0) -> float:
@@ -64,19 +65,21 @@ def peak_cpu_cores(samples: list[tuple[float, float]], window_s: float = 5.0) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--job", required=True, help="namespace/name of the PowerAwareTrainingJob")
+    ap.add_argument("--job", help="namespace/name of the PowerAwareTrainingJob to wait for")
+    ap.add_argument("--prefix", action="append", help=f"pod name prefix (default: {PODS})")
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
-    ns, name = args.job.split("/", 1)
+    prefixes = tuple(args.prefix or PODS)
     usage: dict[str, Usage] = {}
     start = time.monotonic()
     with KubeClient.connect() as kube:
-        path = api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs", ns, name)
+        path = (api_path("edgetrain.io/v1alpha1", "powerawaretrainingjobs",
+                         *args.job.split("/", 1)) if args.job else None)
         phase = None
         while time.monotonic() - start < args.timeout:
-            for node in sorted(chart_pod_nodes(kube)):
-                for stats in pod_stats(kube, node):
+            for node in sorted(pod_nodes(kube, prefixes)):
+                for stats in pod_stats(kube, node, prefixes):
                     pod = stats["podRef"]["name"]
                     u = usage.setdefault(pod, Usage(pod, node))
                     mem, cpu = stats.get("memory") or {}, stats.get("cpu") or {}
@@ -90,7 +93,7 @@ def main() -> None:
                         reading = (time.monotonic(), cpu["usageCoreNanoSeconds"] / 1e9)
                         if not u.samples or reading[1] != u.samples[-1][1]:
                             u.samples.append(reading)
-            obj = kube.get_or_none(path)
+            obj = kube.get_or_none(path) if path else None
             phase = ((obj or {}).get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 break
