@@ -76,7 +76,10 @@ def test_on_a_cluster_block_runs_as_written() -> None:
         first = run_block(head + apply + "\n", tmp_path, timeout_s=600)
         assert first.returncode == 0, f"stdout:\n{first.stdout}\nstderr:\n{first.stderr}"
         killed = _kill_the_operator_mid_job(run_dir) if reason is None else None
-        rest = run_block(env_lines + "\n" + tail, tmp_path, timeout_s=600)
+        # The block's own wait, and two minutes for what follows it.
+        wait_min = re.search(r"Succeeded --timeout=(\d+)m", tail)
+        assert wait_min is not None, tail
+        rest = run_block(env_lines + "\n" + tail, tmp_path, timeout_s=int(wait_min[1]) * 60 + 120)
         out = subprocess.CompletedProcess(rest.args, rest.returncode, first.stdout + rest.stdout,
                                           first.stderr + rest.stderr)
         assert out.returncode == 0, f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"

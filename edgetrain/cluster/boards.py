@@ -160,6 +160,22 @@ def _from_twin_boards(profile: NodeProfile) -> NodeProfile:
                    gpu_freqs_hz=tuple(spec.gpu_freqs_hz), cpu=str(spec.cpu_cores))
 
 
+# A board's CPU core as QEMU's user-mode emulator names the closest model it has (7.2, Debian
+# 12): an emulated Jetson's containers then see its core's ISA, not QEMU's `max` (ARMv9 with
+# SVE, which a Nano lacks and whose emulation made the README job's training 1.4x slower).
+QEMU_CPU_MODELS = {
+    "cortex-a57": "cortex-a57",
+    "carmel": "cortex-a76",  # ARMv8.2 both; QEMU has no Carmel
+    "cortex-a78ae": "cortex-a76",  # ARMv8.2 both; QEMU 7.2 has no A78
+}
+
+
+def qemu_cpu(board: str) -> str | None:
+    """QEMU's CPU model for an emulated board's containers (None: a board the twin lacks)."""
+    spec = BOARDS.get(ALIASES.get(board, board))
+    return None if spec is None else QEMU_CPU_MODELS.get(spec.cpu_core)
+
+
 def profile(name: str) -> NodeProfile:
     """Profile for a board name or alias (nano, orin, agx-orin, xavier-nx, server)."""
     board = ALIASES.get(name, name)

@@ -25,7 +25,7 @@ from edgetrain.api.keys import LABEL_EMULATED_ARCH, LABEL_VIRTUAL
 from edgetrain.api.pod_security import WORKER_GID, WORKER_UID
 from edgetrain.cluster import imagestore, relay
 from edgetrain.cluster.archpolicy import ensure_arch_policy
-from edgetrain.cluster.boards import NodeProfile
+from edgetrain.cluster.boards import NodeProfile, qemu_cpu
 from edgetrain.cluster.gpus import advertise_gpus
 from edgetrain.cluster.hostlimits import raise_inotify_limits
 from edgetrain.cluster.hostnet import (
@@ -135,6 +135,8 @@ class JetsonFleet:
                           server_labels(spec.name, spec.profile.board, spec.bare) if server
                           else jetson_labels(spec.name, spec.profile, self.arch, spec.bare),
                           twin_root=None if server else self._twin_root(spec.name),
+                          qemu_cpu="" if server or self.arch == _host_arch() else
+                          qemu_cpu(spec.profile.board) or "",
                           shared_dirs=tuple(shared_dirs), api_ip=self.api_ip)
             self.nodes.append(node)
             self.save()

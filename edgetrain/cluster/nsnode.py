@@ -170,6 +170,8 @@ class NsNode:
     addr: NsAddress
     labels: dict[str, str] = field(default_factory=dict)
     twin_root: Path | None = None
+    # QEMU's CPU model for the containers of an emulated Jetson (boards.qemu_cpu); "" natively.
+    qemu_cpu: str = ""
     # Host directories the node sees at the same path, read-write (the local cluster's shared
     # checkpoint directory, which a hostPath PersistentVolume names).
     shared_dirs: tuple[str, ...] = ()
@@ -277,7 +279,8 @@ class NsNode:
         write_kubelet_identity(d, self.name, self.address, self.api_url, pki)
         runc = shutil.which("runc") or "runc"
         if self.twin_root is not None:
-            runc = str(twinruntime.write_wrapper(d / "bin" / "runc", runc, self.twin_root))
+            runc = str(twinruntime.write_wrapper(d / "bin" / "runc", runc, self.twin_root,
+                                                 qemu_cpu=self.qemu_cpu))
         write_atomic(d / "containerd.toml", containerd_toml(
             root=Path("/var/lib/containerd"), state=Path("/run/containerd"),
             socket=Path(SOCKET), opt=Path("/var/lib/containerd/opt"), runc=runc,

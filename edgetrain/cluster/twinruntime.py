@@ -5,7 +5,8 @@ the node's sysfs (the twin grafted in: `nodefs.py`) in place of a fresh one, the
 (which the node's sysfs leaves the host's), the twin's control directory
 (`/run/edgetrain-twin`: what trains, for its power model) and `/etc/nv_tegra_release`. A
 container's /sys stays read-only (recursively) unless the container is privileged, as runc
-makes it.
+makes it. On an emulated node, containers also get `QEMU_CPU`: the board's core, which the
+binfmt emulator reads from each process's environment.
 
 `write_wrapper` writes a shell script that containerd runs as `BinaryName`; it calls this
 file (standard library only) for `create` and then execs runc."""
@@ -23,11 +24,16 @@ TWIN_CPUS = "/sys/devices/system/cpu"
 SANDBOX_ANNOTATION = "io.kubernetes.cri.container-type"
 
 
-def give_device(spec: dict[str, object], twin_root: str) -> bool:
+def give_device(spec: dict[str, object], twin_root: str, qemu_cpu: str = "") -> bool:
     """Edit an OCI runtime spec in place; False where nothing was changed (a pod sandbox)."""
     annotations = spec.get("annotations") or {}
     if isinstance(annotations, dict) and annotations.get(SANDBOX_ANNOTATION) == "sandbox":
         return False
+    process = spec.get("process")
+    if qemu_cpu and isinstance(process, dict):
+        env = process.setdefault("env", [])
+        if not any(str(e).startswith("QEMU_CPU=") for e in env):  # a pod's own value wins
+            env.append(f"QEMU_CPU={qemu_cpu}")
     mounts = spec.setdefault("mounts", [])
     assert isinstance(mounts, list)
     taken = {m.get("destination") for m in mounts}
@@ -61,12 +67,12 @@ def give_device(spec: dict[str, object], twin_root: str) -> bool:
     return True
 
 
-def edit_bundle(bundle: str, twin_root: str) -> None:
+def edit_bundle(bundle: str, twin_root: str, qemu_cpu: str = "") -> None:
     """Rewrite `<bundle>/config.json` for the twin (atomically)."""
     path = os.path.join(bundle, "config.json")
     with open(path) as f:
         spec = json.load(f)
-    if give_device(spec, twin_root):
+    if give_device(spec, twin_root, qemu_cpu):
         tmp = path + ".edgetrain"
         with open(tmp, "w") as f:
             json.dump(spec, f)
@@ -82,21 +88,22 @@ for arg in "$@"; do
   prev="$arg"
 done
 if [ -n "$create" ] && [ -n "$bundle" ]; then
-  {python} -I -S {script} "$bundle" {twin} || exit 1
+  {python} -I -S {script} "$bundle" {twin} {qemu_cpu} || exit 1
 fi
 exec {runc} "$@"
 """
 
 
 def write_wrapper(path: Path, runc: str, twin_root: Path, python: str = "/usr/bin/python3",
-                  ) -> Path:
+                  qemu_cpu: str = "") -> Path:
     """The runtime script containerd calls instead of runc."""
     script = Path(__file__).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(WRAPPER.format(python=python, script=script, twin=twin_root, runc=runc))
+    path.write_text(WRAPPER.format(python=python, script=script, twin=twin_root, runc=runc,
+                                   qemu_cpu=qemu_cpu))
     path.chmod(0o755)
     return path
 
 
 if __name__ == "__main__":
-    edit_bundle(sys.argv[1], sys.argv[2])
+    edit_bundle(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")

@@ -21,7 +21,7 @@ from edgetrain.api.keys import (
     LABEL_VIRTUAL,
 )
 from edgetrain.cluster import nodefs
-from edgetrain.cluster.boards import profile
+from edgetrain.cluster.boards import profile, qemu_cpu
 from edgetrain.cluster.hostnet import NodeNetwork
 from edgetrain.cluster.jetsons import jetson_labels
 from edgetrain.cluster.nodes import node_specs
@@ -124,10 +124,11 @@ def test_runtime_wrapper_edits_the_bundle_on_create_only(tmp_path: Path) -> None
     fake_runc.chmod(0o755)
     twin = tmp_path / "twin"
     (twin / "run" / "edgetrain-twin").mkdir(parents=True)
-    wrapper = write_wrapper(tmp_path / "bin" / "runc", str(fake_runc), twin, sys.executable)
+    wrapper = write_wrapper(tmp_path / "bin" / "runc", str(fake_runc), twin, sys.executable,
+                            qemu_cpu="cortex-a57")
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    (bundle / "config.json").write_text(json.dumps(_spec(["ro"])))
+    (bundle / "config.json").write_text(json.dumps({**_spec(["ro"]), "process": {"env": []}}))
     state = subprocess.run([str(wrapper), "--root", "/r", "state", "x"], capture_output=True,
                            text=True, check=True)
     assert state.stdout.strip() == "runc --root /r state x"
@@ -136,6 +137,24 @@ def test_runtime_wrapper_edits_the_bundle_on_create_only(tmp_path: Path) -> None
                    check=True, capture_output=True)
     edited = json.loads((bundle / "config.json").read_text())
     assert [m["type"] for m in edited["mounts"]] == ["proc", "bind", "bind"]
+    assert edited["process"]["env"] == ["QEMU_CPU=cortex-a57"]
+
+
+def test_an_emulated_boards_containers_get_its_core_as_qemus_cpu(tmp_path: Path) -> None:
+    """QEMU's model of the board's core (not `max`, ARMv9 with SVE) in each container's
+    environment, where binfmt's emulator reads it; a pod's own QEMU_CPU is kept; none for a
+    sandbox or on a native node."""
+    assert qemu_cpu("nano") == "cortex-a57" and qemu_cpu("jetson-agx-orin") == "cortex-a76"
+    assert qemu_cpu("gpu-server") is None
+    spec = {**_spec(["ro"]), "process": {"env": ["PATH=/usr/bin"]}}
+    assert give_device(spec, str(tmp_path), "cortex-a57")
+    assert spec["process"]["env"] == ["PATH=/usr/bin", "QEMU_CPU=cortex-a57"]  # type: ignore[index]
+    own = {**_spec(["ro"]), "process": {"env": ["QEMU_CPU=max"]}}
+    give_device(own, str(tmp_path), "cortex-a57")
+    assert own["process"]["env"] == ["QEMU_CPU=max"]  # type: ignore[index]
+    native = {**_spec(["ro"]), "process": {"env": []}}
+    give_device(native, str(tmp_path))
+    assert native["process"]["env"] == []  # type: ignore[index]
 
 
 def test_node_configs_use_its_own_paths_and_cgroup_root(tmp_path: Path) -> None:

@@ -104,6 +104,8 @@ class BoardSpec(BaseModel):
     rail_components: dict[str, dict[str, float]]
     thermal_zones: tuple[str, ...]
     cpu_cores: int
+    # The CPU core (the big cores on a mixed board): what an emulated node's QEMU models.
+    cpu_core: str
     cpu_freqs_hz: tuple[int, ...]
     emc_freqs_hz: tuple[int, ...]
     emc_debugfs_dir: str
@@ -159,6 +161,7 @@ JETSON_NANO = BoardSpec(
     },
     thermal_zones=_JP4_ZONES,
     cpu_cores=4,  # [R6][R26]
+    cpu_core="cortex-a57",  # [R6]
     # ESTIMATE: the usual T210 A57 cpufreq table; the top (1479 MHz) is in nvpmodel [R26]
     cpu_freqs_hz=tuple(
         k * 1000
@@ -263,6 +266,7 @@ JETSON_TX2_NX = BoardSpec(
     },
     thermal_zones=_JP4_ZONES,
     cpu_cores=6,  # 2 Denver + 4 A57 [R29]; the twin treats them as equal (ESTIMATE)
+    cpu_core="cortex-a57",  # the A57 cluster (Denver 2: NVIDIA's own ARMv8.0 core) [R29]
     cpu_freqs_hz=_ladder_khz(345600, 153600, 12),  # ESTIMATE ladder to ~2.0 GHz [R29]
     emc_freqs_hz=_mhz(665.6, 1062.4, 1331.2, 1600, 1866),  # ESTIMATE
     emc_debugfs_dir="sys/kernel/debug/bpmp/debug/clk/emc",  # [R19]
@@ -345,6 +349,7 @@ JETSON_XAVIER_NX = BoardSpec(
     },
     thermal_zones=_JP4_ZONES,
     cpu_cores=6,  # [R9]
+    cpu_core="carmel",  # NVIDIA Carmel, ARMv8.2 [R9]
     cpu_freqs_hz=(*_CARMEL_LADDER[:24], 1907200_000),  # ESTIMATE; 1907.2 MHz top [R9]
     emc_freqs_hz=_mhz(204, 665.6, 1065.6, 1600, 1866),  # ESTIMATE; 1600 MHz in nvpmodel [R9]
     emc_debugfs_dir="sys/kernel/debug/bpmp/debug/clk/emc",  # [R19]
@@ -435,6 +440,7 @@ JETSON_AGX_XAVIER = BoardSpec(
     },
     thermal_zones=_JP4_ZONES,
     cpu_cores=8,  # [R6]
+    cpu_core="carmel",  # [R6]
     cpu_freqs_hz=_CARMEL_LADDER,  # ESTIMATE values; 29 entries to 2265.6 MHz (PT Table 2)
     # ESTIMATE values; 9 entries to 2133 MHz (PT Table 2); 1065.6/1331.2/1600 in nvpmodel [R6]
     emc_freqs_hz=_mhz(204, 408, 665.6, 800, 1065.6, 1331.2, 1600, 1866, 2133),
@@ -500,6 +506,7 @@ JETSON_ORIN_NANO = BoardSpec(
     },
     thermal_zones=_JP5_ZONES,
     cpu_cores=6,  # [R8]
+    cpu_core="cortex-a78ae",  # [R8]
     # ESTIMATE values: 20 entries to 1510.4 MHz (count and ~1.5 GHz top: PT Table 2)
     cpu_freqs_hz=_ladder_khz(115200, 76800, 19, 1510400),
     emc_freqs_hz=_mhz(665.6, 2133, 3199),  # 3 entries (PT Table 2); 2133/3199 [R8 super]
@@ -571,6 +578,7 @@ JETSON_AGX_ORIN = BoardSpec(
     },
     thermal_zones=_JP5_ZONES,
     cpu_cores=12,  # [R8]; PT Table 2
+    cpu_core="cortex-a78ae",  # [R8]
     cpu_freqs_hz=_ladder_khz(115200, 76800, 28, 2201600),  # ESTIMATE values; 29 entries (PT)
     emc_freqs_hz=_mhz(204, 665.6, 2133, 3199),  # ESTIMATE values; 4 entries to 3200 (PT); [R8]
     emc_debugfs_dir="sys/kernel/debug/bpmp/debug/clk/emc",  # [R19]
