@@ -83,8 +83,8 @@ TEST_TORCH_THREADS ?= 1
 # fills this kind of host. So it is a target of its own, one test after the other in one
 # process (its cases share one fleet, in order).
 # The README block and the install guide's test run arm64 Jetsons under QEMU: beside the
-# e2e layer's fleet on 2 cores (load 10) both outlasted their waits (2026-11-28, twice), alone
-# they take 3-7 min each. So they run after the rest, one after the other.
+# e2e layer's fleet on 2 cores (load 10) both outlasted their waits (2026-11-28, twice); alone,
+# after the rest, they took 657 s and 612 s (2026-11-28). So they run last, one after the other.
 ARM64_PATHS := tests/test_readme.py tests/test_install.py
 unit: setup
 	OMP_NUM_THREADS=$(TEST_TORCH_THREADS) $(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder \

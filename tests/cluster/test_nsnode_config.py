@@ -155,6 +155,10 @@ def test_an_emulated_boards_containers_get_its_core_as_qemus_cpu(tmp_path: Path)
     native = {**_spec(["ro"]), "process": {"env": []}}
     give_device(native, str(tmp_path))
     assert native["process"]["env"] == []  # type: ignore[index]
+    sandbox = {"annotations": {"io.kubernetes.cri.container-type": "sandbox"},
+               "process": {"env": []}, "mounts": []}
+    assert not give_device(sandbox, str(tmp_path), "cortex-a57")
+    assert sandbox["process"]["env"] == []  # type: ignore[index]
 
 
 def test_node_configs_use_its_own_paths_and_cgroup_root(tmp_path: Path) -> None:
